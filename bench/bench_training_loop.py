@@ -1,0 +1,125 @@
+"""Training-loop throughput on ThreeRoom (issue: the vertical slice).
+
+Prints env frames per second of the whole loop (collector, goal selection,
+pseudocounts, storage, sampling and one update per frame, through Lightning)
+and of the update alone, and the time the update spends in matrix products
+(torch profiler), so the two targets can be read off:
+update ≤ 1.5 × matmul time; loop ≤ 1.15 × update time per frame.
+
+Usage: python bench/bench_training_loop.py [--frames 3000] [--updates 200] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from sun_lightning.cli import main
+
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "aten::_addmm_activation")
+
+
+def build(frames: int, warmup: int, env: str, num_envs: int):
+    args = [
+        "--config", "conf/three_room.yaml",
+        "--data.env_id", env,
+        "--data.total_frames", str(warmup + frames),
+        "--data.warmup_frames", str(warmup),
+        "--data.num_envs", str(num_envs),
+        "--metrics.log_every_frames", str(10**9),
+        "--metrics.verbose", "false",
+        "--trainer.logger", "false",
+        "--trainer.enable_checkpointing", "false",
+        "--trainer.enable_model_summary", "false",
+    ]
+    return main(args, run=False)
+
+
+def time_loop(cli, warmup: int) -> tuple[float, int]:
+    """Seconds and frames of the learning phase of a full ``trainer.fit``."""
+    marks: dict[str, float] = {}
+    dm = cli.datamodule
+
+    def on_frames(frames: int) -> None:
+        if frames >= warmup and "start" not in marks:
+            marks["start"], marks["frames0"] = time.perf_counter(), frames
+        marks["end"], marks["frames1"] = time.perf_counter(), frames
+
+    dm.frame_listeners.append(on_frames)
+    cli.trainer.fit(cli.model, datamodule=dm)
+    return marks["end"] - marks["start"], int(marks["frames1"] - marks["frames0"])
+
+
+def time_updates(module, dm, updates: int) -> tuple[float, float]:
+    """Mean seconds per update (sampling excluded) and per update in matmuls."""
+    opt = module.configure_optimizers()
+    batches = [dm.sampler.sample(dm.storage) for _ in range(16)]
+
+    def update(batch) -> None:
+        loss, _ = module.loss(batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(module.q.parameters(), 1.0)
+        opt.step()
+        module.polyak_update()
+
+    for i in range(10):
+        update(batches[i % 16])
+    start = time.perf_counter()
+    for i in range(updates):
+        update(batches[i % 16])
+    per_update = (time.perf_counter() - start) / updates
+    n = min(updates, 50)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for i in range(n):
+            update(batches[i % 16])
+    events = prof.key_averages()
+    matmul_us = sum(e.self_cpu_time_total for e in events if e.key in MATMUL_OPS)
+    total_us = sum(e.self_cpu_time_total for e in events)
+    print("\nTop ops in the update (self CPU, per update):")
+    for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:12]:
+        print(f"  {e.key:<40s} {e.self_cpu_time_total / n / 1e3:7.3f} ms  ({e.count // n} calls)")
+    return per_update, matmul_us / n / 1e6 * per_update / (total_us / n / 1e6)
+
+
+def sample_time(dm, n: int = 200) -> float:
+    start = time.perf_counter()
+    for _ in range(n):
+        dm.sampler.sample(dm.storage)
+    return (time.perf_counter() - start) / n
+
+
+def main_bench() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--frames", type=int, default=3000, help="learning frames of the timed loop")
+    parser.add_argument("--warmup", type=int, default=5000)
+    parser.add_argument("--updates", type=int, default=200)
+    parser.add_argument("--env", default="sun_lightning/ThreeRoom-v0")
+    parser.add_argument("--num-envs", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    cli = build(args.frames, args.warmup, args.env, args.num_envs)
+    loop_s, frames = time_loop(cli, args.warmup)
+    module, dm = cli.model, cli.datamodule
+    per_update, matmul = time_updates(module, dm, args.updates)
+    per_sample = sample_time(dm)
+    per_frame = loop_s / frames
+    update_step = per_update + per_sample
+
+    print(f"\n{args.env}, {args.num_envs} envs, torch threads {torch.get_num_threads()}, {dm.sampler.rows} rows per update")
+    print(f"whole loop           : {frames / loop_s:8.1f} env frames/s  ({per_frame * 1e3:.2f} ms per frame, 1 update per frame)")
+    print(f"update alone         : {1 / per_update:8.1f} updates/s     ({per_update * 1e3:.2f} ms)")
+    print(f"  of which matmuls   : {matmul * 1e3:8.2f} ms  -> update / matmul = {per_update / matmul:.2f} (target <= 1.5)")
+    print(f"batch sampling       : {per_sample * 1e3:8.2f} ms")
+    print(f"rest of loop / update: {(per_frame - per_update) / per_update * 100:8.1f} %  (target <= 15 %)")
+    print(f"rest of loop / (update + sampling): {(per_frame - update_step) / update_step * 100:.1f} %")
+
+
+if __name__ == "__main__":
+    main_bench()

@@ -1,0 +1,70 @@
+"""Logs exploration, goal-selection and learner metrics against env frames (SPEC §7)."""
+
+from __future__ import annotations
+
+import time
+
+import lightning.pytorch as pl
+
+from sun_lightning.metrics.exploration import exploration_metrics
+
+
+class ExplorationLogger(pl.Callback):
+    """Every ``log_every_frames`` env frames and at the end, logs to every logger with step = env frames.
+
+    Lightning's ``global_step`` counts optimizer steps, so the x-axis is the
+    DataModule's own frame counter. Metrics:
+
+    - ``explore/visits/{coverage,entropy}``: over all visits in D.
+    - ``explore/visits/knn_entropy``: at the end only, when ``knn_entropy`` is set.
+    - ``explore/goals/*``: goal statistics of the window (see ``CollectionStats``).
+    - ``train/*``: learner statistics averaged over the window's updates.
+    - ``perf/speed/frames_per_second``: env frames per wall-clock second in the window.
+
+    Args:
+        log_every_frames: logging period in env frames.
+        knn_entropy: also compute the k-NN entropy at the end (LunarLanderFull).
+        verbose: print a one-line summary at every log.
+    """
+
+    def __init__(self, log_every_frames: int = 5000, knn_entropy: bool = False, verbose: bool = True) -> None:
+        if log_every_frames <= 0:
+            raise ValueError(f"log_every_frames must be positive, got {log_every_frames}")
+        self.log_every_frames, self.knn_entropy, self.verbose = log_every_frames, knn_entropy, verbose
+        self.final: dict[str, float] = {}
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._datamodule = trainer.datamodule
+        self._trainer, self._module = trainer, pl_module
+        self._next, self._last_time, self._last_frames = self.log_every_frames, time.perf_counter(), 0
+        if self._on_frames not in self._datamodule.frame_listeners:
+            self._datamodule.frame_listeners.append(self._on_frames)
+
+    def _on_frames(self, frames: int) -> None:
+        if frames >= self._next:
+            self._next = (frames // self.log_every_frames + 1) * self.log_every_frames
+            self.log_now(frames)
+
+    def log_now(self, frames: int, final: bool = False) -> dict[str, float]:
+        dm = self._datamodule
+        now = time.perf_counter()
+        metrics = exploration_metrics(dm.storage, knn=final and self.knn_entropy)
+        metrics.update(dm.window.pop())
+        metrics.update(self._module.pop_train_metrics())
+        metrics["perf/speed/frames_per_second"] = (frames - self._last_frames) / max(now - self._last_time, 1e-9)
+        self._last_time, self._last_frames = now, frames
+        for logger in self._trainer.loggers:
+            logger.log_metrics(metrics, step=frames)
+        if self.verbose:
+            shown = ("explore/visits/coverage", "explore/visits/entropy", "explore/goals/success", "train/loss/td")
+            text = "  ".join(f"{name.rsplit('/', 1)[-1]}={metrics[name]:.4f}" for name in shown if name in metrics)
+            print(f"[frames {frames}] {text}  fps={metrics['perf/speed/frames_per_second']:.0f}", flush=True)
+        self.final = metrics
+        return metrics
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        frames = self._datamodule.frames
+        if frames != self._last_frames or self.knn_entropy:
+            self.final = self.log_now(frames, final=True)
+        for logger in trainer.loggers:
+            logger.save()

@@ -1,0 +1,169 @@
+"""The DQN variant of SVF learning for discrete actions (SPEC §5a, paper appendix "Gridworlds and Classic Control")."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from tensordict import TensorDict
+from torch.nn import functional as F
+
+from sun_lightning import keys
+from sun_lightning.envs.registry import GoalSpace
+from sun_lightning.losses.td_lambda import double_q_bootstrap, greedy_within, watkins_lambda_returns
+from sun_lightning.module import SVFModule
+from sun_lightning.networks.q_network import GoalQNetwork
+
+
+class DQNSVF(SVFModule):
+    """Learns Q(s, a, g_s, g_a) with Double DQN, TD(λ) and Watkins's cut traces.
+
+    The reward is 1 and the step terminal when (s, a) matches the goal. Two
+    changes to Watkins's Q(λ) from the paper: the bootstrap
+    max_a Q(s', a, g) is clipped to ``bootstrap_clip`` and an action counts as
+    greedy (trace kept) when its value is within 1 − γ of the max.
+
+    Args:
+        goal_space: linked from the DataModule (dimensions, action count).
+        gamma: discount γ.
+        lam: trace factor λ.
+        tau: Polyak coefficient of the target network, applied every update.
+        lr: AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        grad_clip: gradient-norm clip.
+        huber_delta: Huber loss threshold.
+        bootstrap_clip: upper clip of the bootstrap value (V ≤ 1).
+        width: hidden width of Q.
+        maxout_pieces: pieces of the maxout layer.
+        dropout: dropout of the state and goal branches.
+        init_std: std of the N(0, std²) weight initialisation.
+    """
+
+    def __init__(
+        self,
+        goal_space: GoalSpace | None = None,
+        gamma: float = 0.99,
+        lam: float = 0.95,
+        tau: float = 0.001,
+        lr: float = 1e-3,
+        weight_decay: float = 0.01,
+        grad_clip: float = 1.0,
+        huber_delta: float = 1.0,
+        bootstrap_clip: float = 1.0,
+        width: int = 64,
+        maxout_pieces: int = 4,
+        dropout: float = 0.1,
+        init_std: float = 0.01,
+    ) -> None:
+        super().__init__(goal_space)
+        if not goal_space.discrete:
+            raise ValueError("DQNSVF needs a discrete-action environment")
+        if not 0.0 < gamma < 1.0 or not 0.0 <= lam <= 1.0:
+            raise ValueError(f"need 0 < gamma < 1 and 0 <= lam <= 1, got gamma={gamma}, lam={lam}")
+        self.save_hyperparameters(ignore=["goal_space"])
+        self.q = GoalQNetwork(goal_space.obs_dim, goal_space.goal_dim, goal_space.num_actions, width, maxout_pieces, dropout, init_std)
+        self.q_target = copy.deepcopy(self.q).requires_grad_(False)
+        self._stats: dict[str, torch.Tensor] = {}
+        self._stat_updates = 0
+
+    # ---- values for data collection -------------------------------------------------
+    @torch.no_grad()
+    def action_values(self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None) -> torch.Tensor:
+        q = self.q(obs, goal)  # [B, A, A]
+        return q.gather(-1, goal_action.long().view(-1, 1, 1).expand(-1, q.shape[-2], 1)).squeeze(-1)
+
+    @torch.no_grad()
+    def goal_values(self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None) -> torch.Tensor:
+        b, k = goal.shape[:2]
+        q = self.q(obs.unsqueeze(1).expand(b, k, obs.shape[-1]), goal)  # [B, K, A, A]
+        index = goal_action.long()[..., None, None].expand(b, k, q.shape[-2], 1)
+        return q.gather(-1, index).squeeze(-1).amax(-1)
+
+    # ---- learning ---------------------------------------------------------------------
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        # The fused kernel updates all parameters in one pass (CPU and CUDA).
+        return torch.optim.AdamW(self.q.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay, fused=True)
+
+    def loss(self, batch: TensorDict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Huber loss of Q(s_t, a_t, g_t) against Watkins TD(λ) targets over ``[N, T]`` rows."""
+        q_taken, target, cont = self.td_targets(batch)
+        loss = F.huber_loss(q_taken, target, delta=self.hparams.huber_delta)
+        stats = {
+            "train/loss/td": loss.detach(),
+            "train/q/taken": q_taken.detach().mean(),
+            "train/q/target": target.mean(),
+            "train/trace/continue": cont.float().mean(),
+        }
+        return loss, stats
+
+    def td_targets(self, batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Q(s_t, a_t, g_t) (with grad), its TD(λ) target and the trace-continuation mask, each ``[N, T]``.
+
+        Batch rows ``[N, T]`` are runs of consecutive steps sharing the goal of
+        their segment (SPEC §5a): reward 1 and terminal where (s_t, a_t) reaches
+        the goal; episode ends cut traces.
+        """
+        hp = self.hparams
+        action, reward, goal_action = batch[keys.ACTION], batch[keys.REWARD], batch[keys.GOAL_ACTION]
+        n, t = action.shape
+        num_actions = self.goal_space.num_actions
+        # The next state of step t is row t + 1 (same goal unless t ended its
+        # segment, where the bootstrap is unused), except at episode ends and at
+        # the last step: those next states get rows of their own.
+        extra = batch[keys.EPISODE_END].clone()
+        extra[:, -1] = True
+        obs = torch.cat([batch[keys.OBS].flatten(0, 1), batch[keys.NEXT_OBS][extra]])
+        goal = torch.cat([batch[keys.GOAL].flatten(0, 1), batch[keys.GOAL][extra]])
+        goal_action_rows = torch.cat([goal_action.flatten(), goal_action[extra]])
+        rows = torch.arange(obs.shape[0], device=obs.device)
+        q = self.q(obs, goal, dropout=True)[rows, :, goal_action_rows]  # [rows, A]
+        with torch.no_grad():
+            q_target = self.q_target(obs, goal)[rows, :, goal_action_rows]
+
+        q_seq = q[: n * t].view(n, t, num_actions)
+        q_taken = q_seq.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        with torch.no_grad():
+            online_next = self._next_rows(q_seq.detach(), q[n * t :].detach(), extra)
+            target_next = self._next_rows(q_target[: n * t].view(n, t, num_actions), q_target[n * t :], extra)
+            bootstrap = double_q_bootstrap(online_next, target_next, hp.bootstrap_clip)
+            next_action = torch.roll(action, -1, dims=1)
+            cont = greedy_within(online_next, next_action, 1.0 - hp.gamma) & ~extra
+            done = (reward > 0) | batch[keys.TERMINATED]
+            target = watkins_lambda_returns(reward, done.float(), bootstrap, cont.float(), hp.gamma, hp.lam)
+        return q_taken, target, cont
+
+    @staticmethod
+    def _next_rows(seq: torch.Tensor, extra_rows: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
+        nxt = torch.empty_like(seq)
+        nxt[:, :-1] = seq[:, 1:]
+        nxt[extra] = extra_rows
+        return nxt
+
+    def training_step(self, batch: TensorDict, batch_idx: int) -> None:
+        loss, stats = self.loss(batch)
+        opt = self.optimizers()
+        opt.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        self.clip_gradients(opt, gradient_clip_val=self.hparams.grad_clip, gradient_clip_algorithm="norm")
+        opt.step()
+        self.polyak_update()
+        self.updates += 1
+        self._accumulate(stats)
+
+    @torch.no_grad()
+    def polyak_update(self) -> None:
+        """target ← (1 − τ) target + τ online."""
+        torch._foreach_lerp_(list(self.q_target.parameters()), list(self.q.parameters()), self.hparams.tau)
+
+    def _accumulate(self, stats: dict[str, torch.Tensor]) -> None:
+        for name, value in stats.items():
+            self._stats[name] = self._stats.get(name, 0.0) + value
+        self._stat_updates += 1
+
+    def pop_train_metrics(self) -> dict[str, float]:
+        if not self._stat_updates:
+            return {}
+        out = {name: float(value) / self._stat_updates for name, value in self._stats.items()}
+        out["train/updates/total"] = float(self.updates)
+        self._stats, self._stat_updates = {}, 0
+        return out

@@ -1,0 +1,221 @@
+"""Data collection: environments, collector, replay storage and the stream of learning batches.
+
+Everything that touches environments lives here and is built in ``setup()``,
+so checkpoints, DDP and ``--print_config`` never see it. The "dataset" is a
+stream that steps the TorchRL collector, writes each vector step into the
+replay storage (pseudocounts updated on insert) and yields one relabelled
+batch per learner update (SPEC §9).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import gymnasium
+import lightning.pytorch as pl
+import torch
+from jsonargparse import lazy_instance
+from tensordict import TensorDict
+from torch.utils.data import DataLoader, IterableDataset
+from torchrl.collectors import Collector
+from torchrl.envs import GymWrapper, TransformedEnv
+
+import sun_lightning.envs  # noqa: F401  (registers the environments)
+from sun_lightning import keys
+from sun_lightning.envs.registry import goal_space
+from sun_lightning.goals.base import GoalSelector
+from sun_lightning.goals.sun import SUNAdaptive
+from sun_lightning.goals.transform import GoalSelectionTransform
+from sun_lightning.policy import EpsilonGreedyPolicy
+from sun_lightning.replay.exact_count import ExactCount
+from sun_lightning.replay.hindsight import SegmentedHindsightSampler
+from sun_lightning.replay.storage import GoalReplayStorage
+
+
+class ExplorationDataModule(pl.LightningDataModule):
+    """Environments, collector and replay storage of one exploration run.
+
+    Args:
+        env_id: a registered id, e.g. ``sun_lightning/FourRoomStuck-v0``.
+        total_frames: env frames of the run (all envs together), warm-up included.
+        num_envs: envs stepped together in one in-process vector env.
+        warmup_frames: frames of uniformly random actions before learning (SPEC §5d).
+        capacity: replay entries kept (FIFO eviction beyond); ``None`` keeps everything.
+        selector: the goal-selection rule (SPEC §3).
+        epsilon: ε of the ε-greedy policy.
+        updates_per_frame: learner updates per env frame (1 in the paper).
+        num_sequences: runs per learning batch (SPEC §5a: 16).
+        sequence_length: steps per run, the TD(λ) horizon T (16).
+        relabels: segmented-future relabellings per run (4).
+        negatives: pair every relabelling with a random goal from D.
+        sigma_every: inserts between re-standardizations of the radius pseudocount.
+        seed: environment seed; ``None`` derives it from ``seed_everything``.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        total_frames: int = 100_000,
+        num_envs: int = 4,
+        warmup_frames: int = 10_000,
+        capacity: int | None = None,
+        selector: GoalSelector = lazy_instance(SUNAdaptive),
+        epsilon: float = 0.1,
+        updates_per_frame: float = 1.0,
+        num_sequences: int = 16,
+        sequence_length: int = 16,
+        relabels: int = 4,
+        negatives: bool = True,
+        sigma_every: int = 1000,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.goal_space = goal_space(env_id)  # fails fast on an unknown id
+        for name, value in (("total_frames", total_frames), ("num_envs", num_envs)):
+            if value <= 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+        if warmup_frames < sequence_length * num_envs:
+            raise ValueError(
+                f"warmup_frames ({warmup_frames}) must cover one sequence of {sequence_length} steps in each of {num_envs} envs"
+            )
+        if updates_per_frame < 0:
+            raise ValueError(f"updates_per_frame must be >= 0, got {updates_per_frame}")
+        if capacity is not None and capacity < sequence_length * num_envs:
+            raise ValueError(f"capacity ({capacity}) must hold one sequence of {sequence_length} steps per env")
+        self.env_id, self.total_frames, self.num_envs = env_id, total_frames, num_envs
+        self.warmup_frames, self.capacity, self.selector = warmup_frames, capacity, selector
+        self.epsilon, self.updates_per_frame, self.sigma_every, self.seed = epsilon, updates_per_frame, sigma_every, seed
+        self.sampler = SegmentedHindsightSampler(num_sequences, sequence_length, relabels, negatives)
+        self.frames = 0
+        self.frame_listeners: list[Callable[[int], None]] = []
+        self.window = CollectionStats()
+
+    # ---- construction -----------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        if getattr(self, "collector", None) is not None:
+            return
+        learner = self.trainer.lightning_module
+        space = self.goal_space
+        capacity = self.capacity or self.total_frames + self.num_envs
+        capacity += -capacity % self.num_envs
+        if space.exact_counts:
+            pseudocount = ExactCount(space.obs_dim * space.num_actions, capacity, space.num_actions)
+        else:
+            from sun_lightning.replay.pseudocount import RadiusPseudocount
+
+            pseudocount = RadiusPseudocount(space.goal_dim, space.rho, capacity, space.num_actions, self.sigma_every)
+        self.storage = GoalReplayStorage(space, self.num_envs, capacity, pseudocount)
+        seed = self.seed if self.seed is not None else torch.initial_seed() % 2**31
+        vec = gymnasium.make_vec(self.env_id, num_envs=self.num_envs, vectorization_mode="vector_entry_point")
+        base = GymWrapper(vec, categorical_action_encoding=True)
+        base.set_seed(seed)
+        self.transform = GoalSelectionTransform(self.selector, self.storage, learner, self.num_envs)
+        self.env = TransformedEnv(base, self.transform)
+        self.policy = EpsilonGreedyPolicy(learner, space.num_actions, self.epsilon, self.selector.uses_goals)
+        self.collector = Collector(self.env, self.policy, frames_per_batch=self.num_envs, total_frames=-1)
+
+    def teardown(self, stage: str) -> None:
+        collector = getattr(self, "collector", None)
+        if collector is not None:
+            collector.shutdown()
+            self.collector = None
+
+    def train_dataloader(self) -> DataLoader:
+        # Batches are whole TensorDicts already: no re-batching, no conversion.
+        return DataLoader(_Stream(self), batch_size=None, num_workers=0, collate_fn=_identity)
+
+    # ---- the loop -----------------------------------------------------------------------
+    def stream(self) -> Iterator[TensorDict]:
+        """Step the collector until ``total_frames``, yielding one learning batch per update."""
+        credit = 0.0
+        learns = self.selector.learns and self.updates_per_frame > 0
+        for batch in self.collector:
+            step = batch.reshape(-1)
+            self.storage.extend(_transitions(step))
+            self.window.update(step)
+            self.frames += step.numel()
+            for listener in self.frame_listeners:
+                listener(self.frames)
+            if self.frames >= self.warmup_frames:
+                # One more step of random actions lets the transform draw goals first.
+                self.policy.warmup = not self.transform.active
+                self.transform.active = True
+                if learns:
+                    # One update per frame collected after the warm-up.
+                    credit += min(step.numel(), self.frames - self.warmup_frames) * self.updates_per_frame
+                    scale = self._scale()
+                    while credit >= 1.0:
+                        credit -= 1.0
+                        yield self.sampler.sample(self.storage, scale)
+            if self.frames >= self.total_frames:
+                return
+
+    def _scale(self) -> torch.Tensor | None:
+        scale = getattr(self.storage.pseudocount, "scale", None)
+        return scale() if callable(scale) else None
+
+
+class _Stream(IterableDataset):
+    def __init__(self, datamodule: ExplorationDataModule) -> None:
+        self.datamodule = datamodule
+
+    def __iter__(self) -> Iterator[TensorDict]:
+        return self.datamodule.stream()
+
+
+def _identity(batch: TensorDict) -> TensorDict:
+    return batch
+
+
+def _transitions(step: TensorDict) -> TensorDict:
+    """The entries the replay storage keeps from one collected vector step."""
+    nxt = step[keys.NEXT]
+    return TensorDict(
+        {
+            keys.OBS: step[keys.OBS],
+            keys.ACTION: step[keys.ACTION],
+            keys.NEXT_OBS: nxt[keys.OBS],
+            keys.TERMINATED: nxt[keys.TERMINATED].reshape(-1),
+            keys.EPISODE_END: nxt[keys.DONE].reshape(-1),
+        },
+        batch_size=step.batch_size,
+    )
+
+
+class CollectionStats:
+    """Goal statistics of a logging window, counted from the collected frames (SPEC §7)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.frames = self.episodes = self.selected = self.reselected = self.reached = 0
+        self.steps_to_goal = self.random_frames = 0
+
+    def update(self, step: TensorDict) -> None:
+        nxt = step[keys.NEXT]
+        self.frames += step.numel()
+        self.episodes += int(nxt[keys.DONE].sum())
+        if keys.GOAL_SELECTED not in step.keys():
+            return
+        reached = nxt[keys.GOAL_REACHED]
+        self.selected += int(step[keys.GOAL_SELECTED].sum())
+        self.reselected += int(step[keys.GOAL_RESELECTED].sum())
+        self.reached += int(reached.sum())
+        self.steps_to_goal += int(nxt[keys.GOAL_STEPS][reached].sum())
+        self.random_frames += int(step[keys.RANDOM_PHASE].sum())
+
+    def pop(self) -> dict[str, float]:
+        """Window metrics (``explore/goals/...``), then start a new window."""
+        frames = max(self.frames, 1)
+        out = {
+            "explore/goals/selected": float(self.selected),
+            "explore/goals/reached": float(self.reached),
+            "explore/goals/success": self.reached / self.selected if self.selected else 0.0,
+            "explore/goals/steps_to_goal": self.steps_to_goal / self.reached if self.reached else 0.0,
+            "explore/goals/reselection_rate": self.reselected / frames,
+            "explore/goals/random_fraction": self.random_frames / frames,
+            "explore/episodes/count": float(self.episodes),
+        }
+        self.reset()
+        return out

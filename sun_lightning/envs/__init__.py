@@ -1,0 +1,9 @@
+"""Environments of the paper, registered with gymnasium under ``sun_lightning/``.
+
+Importing this package registers every environment (SPEC §6).
+"""
+
+from sun_lightning.envs import classic, gridworlds  # noqa: F401  (registration side effects)
+from sun_lightning.envs.registry import GoalSpace, env_ids, goal_space, register
+
+__all__ = ["GoalSpace", "env_ids", "goal_space", "register"]

@@ -1,0 +1,230 @@
+"""Classic-control environments of the paper (SPEC §2, §4, §6).
+
+Importing this module registers six gymnasium ids under ``sun_lightning/``,
+each a thin wrapper around gymnasium's own environment:
+
+- ``sun_lightning/MountainCar-v0``: MountainCar-v0, 3 actions, g_s = (x, ẋ), obs[0, 1].
+- ``sun_lightning/Pendulum-v0``: Pendulum-v1 with 8 discrete torques,
+  g_s = (cos θ, sin θ, θ̇), obs[0, 1, 2].
+- ``sun_lightning/Acrobot-v0``: Acrobot-v1, 3 actions,
+  g_s = (cos θ1, sin θ1, cos θ2, sin θ2), obs[0:4].
+- ``sun_lightning/CartPole-v0``: CartPole-v1, 2 actions, g_s = (x, θ), obs[0, 2].
+- ``sun_lightning/LunarLander-v0``: LunarLander-v3 (discrete), 4 actions,
+  g_s = (x, y), obs[0, 1].
+- ``sun_lightning/LunarLanderFull-v0``: LunarLander-v3 (discrete), 4 actions,
+  g_s = the full 8-dim state.
+
+Horizons are gymnasium's own (``max_episode_steps`` of the wrapped spec).
+Rewards, ``terminated`` and ``truncated`` are passed through unchanged: SUN is
+reward-free and the trainer ignores the reward, but keeping it costs nothing
+and lets extrinsic returns be logged. Observations are float32.
+
+Every id has a ``vector_entry_point`` that builds an in-process
+:class:`gymnasium.vector.SyncVectorEnv` with ``SAME_STEP`` autoreset, because
+TorchRL's ``GymWrapper`` rejects gymnasium's default ``NEXT_STEP`` mode and an
+in-process vector env is about 10x faster than a subprocess one on small
+machines (STACK.md)::
+
+    venv = gymnasium.make_vec("sun_lightning/CartPole-v0", num_envs=4)
+    env = torchrl.envs.GymWrapper(venv, categorical_action_encoding=True)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium.envs.registration import load_env_creator
+
+from sun_lightning.envs.registry import NAMESPACE, GoalSpace, register
+
+__all__ = [
+    "CLASSIC_IDS",
+    "PENDULUM_TORQUES",
+    "DiscreteTorque",
+    "make_env",
+    "make_vector_env",
+]
+
+#: Pendulum's torque range [−2, 2] discretized evenly into 8 actions (SPEC §6).
+#: The endpoints are included, so actions 0 and 7 are the full ±2 torques.
+PENDULUM_TORQUES: np.ndarray = np.linspace(-2.0, 2.0, 8, dtype=np.float32)
+
+
+class DiscreteTorque(gymnasium.ActionWrapper):
+    """Maps a ``Discrete(len(torques))`` action to a 1-dim continuous torque.
+
+    SPEC §6 runs Pendulum with the DQN variant of SVF learning (§5a), which
+    needs a finite action set; action ``i`` applies torque ``torques[i]``.
+
+    Args:
+        env: a Pendulum-like env with a ``Box`` action space of shape ``(1,)``.
+        torques: the torque of each discrete action.
+    """
+
+    def __init__(self, env: gymnasium.Env, torques: np.ndarray = PENDULUM_TORQUES):
+        super().__init__(env)
+        self.torques = np.asarray(torques, dtype=env.action_space.dtype)
+        self.action_space = gymnasium.spaces.Discrete(len(self.torques))
+
+    def action(self, action: Any) -> np.ndarray:
+        # A fresh (1,) array per step: the wrapped env must not alias our table.
+        return self.torques[int(action)].reshape(1).copy()
+
+
+class _Float32Obs(gymnasium.ObservationWrapper):
+    """Casts observations to float32 (only installed where the base env differs)."""
+
+    def __init__(self, env: gymnasium.Env):
+        super().__init__(env)
+        space = env.observation_space
+        self.observation_space = gymnasium.spaces.Box(
+            space.low.astype(np.float32), space.high.astype(np.float32), space.shape, np.float32
+        )
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return np.asarray(observation, dtype=np.float32)
+
+
+def make_env(base_id: str, discrete_torques: bool = False, **kwargs: Any) -> gymnasium.Env:
+    """Single-env entry point of the classic-control ids (SPEC §6).
+
+    Instantiates gymnasium's environment class for ``base_id`` directly rather
+    than through :func:`gymnasium.make`, so the base spec's ``TimeLimit`` and
+    checker wrappers are not stacked under the ones that ``gymnasium.make``
+    adds for our own id (our spec carries the same ``max_episode_steps``).
+
+    Args:
+        base_id: the wrapped gymnasium id, e.g. ``"MountainCar-v0"``.
+        discrete_torques: wrap with :class:`DiscreteTorque` (Pendulum).
+        **kwargs: forwarded to the environment class (``render_mode``, ...),
+            on top of the base spec's own kwargs.
+
+    Returns:
+        The environment, with float32 observations.
+    """
+    spec = gymnasium.spec(base_id)
+    env = load_env_creator(spec.entry_point)(**{**spec.kwargs, **kwargs})
+    if env.observation_space.dtype != np.float32:
+        env = _Float32Obs(env)
+    if discrete_torques:
+        env = DiscreteTorque(env)
+    return env
+
+
+def make_vector_env(
+    num_envs: int = 1,
+    max_episode_steps: int | None = None,
+    **kwargs: Any,
+) -> gymnasium.vector.SyncVectorEnv:
+    """Vector entry point: an in-process ``SyncVectorEnv`` with SAME_STEP autoreset.
+
+    :func:`gymnasium.make_vec` calls it as
+    ``make_vector_env(num_envs=..., max_episode_steps=..., **spec_kwargs, **user_kwargs)``.
+    SAME_STEP autoreset is required by TorchRL's ``GymWrapper`` (STACK.md): the
+    step that ends an episode returns the reset observation and puts the final
+    one in ``info["final_obs"]``.
+
+    Args:
+        num_envs: number of sub-environments.
+        max_episode_steps: horizon of each sub-env (gymnasium's, SPEC §6);
+            ``None`` for no time limit.
+        **kwargs: forwarded to :func:`make_env` (``base_id``, ``render_mode``...).
+
+    Returns:
+        The vector environment.
+    """
+
+    def make_one() -> gymnasium.Env:
+        env = make_env(**kwargs)
+        if max_episode_steps is not None:
+            env = gymnasium.wrappers.TimeLimit(env, max_episode_steps)
+        return env
+
+    return gymnasium.vector.SyncVectorEnv(
+        [make_one for _ in range(num_envs)],
+        autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP,
+    )
+
+
+_INF = float("inf")
+_CARTPOLE_THETA = 12 * 2 * math.pi / 360  # CartPole's own failure angle, 12° in radians
+
+# LunarLanderFull (SPEC §6: "metric: k-NN entropy"). Goal bounds: x ∈ [−1, 1]
+# (the episode ends when |x| ≥ 1) and y ∈ [−0.59, ∞) as for LunarLander; the
+# other six dimensions use gymnasium's declared observation bounds (velocities
+# ±10, angle ±2π, angular velocity ±10, leg contacts {0, 1}). Metric bounds,
+# which set the min–max normalization of the k-NN entropy (SPEC §7), are the
+# same except y ∈ [−0.25, 10], LunarLander's metric range for the height.
+_LLF_LOW = (-1.0, -0.59, -10.0, -10.0, -2 * math.pi, -10.0, 0.0, 0.0)
+_LLF_HIGH = (1.0, _INF, 10.0, 10.0, 2 * math.pi, 10.0, 1.0, 1.0)
+_LLF_METRIC_LOW = (-1.0, -0.25, -10.0, -10.0, -2 * math.pi, -10.0, 0.0, 0.0)
+_LLF_METRIC_HIGH = (1.0, 10.0, 10.0, 10.0, 2 * math.pi, 10.0, 1.0, 1.0)
+
+# name -> (base id, GoalSpace, extra entry-point kwargs). Classic control uses
+# the "radius" reach rule with ρ = 0.1 in standardized goal space (SPEC §2, §4).
+_CLASSIC: dict[str, tuple[str, GoalSpace, dict[str, Any]]] = {
+    "MountainCar-v0": (
+        "MountainCar-v0",
+        GoalSpace(obs_dim=2, num_actions=3, goal_dims=(0, 1),
+                  low=(-1.2, -0.07), high=(0.6, 0.07), rho=0.1, reach="radius"),
+        {},
+    ),
+    "Pendulum-v0": (
+        "Pendulum-v1",
+        GoalSpace(obs_dim=3, num_actions=len(PENDULUM_TORQUES), goal_dims=(0, 1, 2),
+                  low=(-1.0, -1.0, -8.0), high=(1.0, 1.0, 8.0), rho=0.1, reach="radius"),
+        {"discrete_torques": True},
+    ),
+    "Acrobot-v0": (
+        "Acrobot-v1",
+        GoalSpace(obs_dim=6, num_actions=3, goal_dims=(0, 1, 2, 3),
+                  low=(-1.0,) * 4, high=(1.0,) * 4, rho=0.1, reach="radius"),
+        {},
+    ),
+    "CartPole-v0": (
+        "CartPole-v1",
+        GoalSpace(obs_dim=4, num_actions=2, goal_dims=(0, 2),
+                  low=(-2.4, -_CARTPOLE_THETA), high=(2.4, _CARTPOLE_THETA),
+                  rho=0.1, reach="radius"),
+        {},
+    ),
+    "LunarLander-v0": (
+        "LunarLander-v3",
+        GoalSpace(obs_dim=8, num_actions=4, goal_dims=(0, 1),
+                  low=(-1.0, -0.59), high=(1.0, _INF),
+                  metric_low=(-1.0, -0.25), metric_high=(1.0, 10.0),
+                  rho=0.1, reach="radius"),
+        {},
+    ),
+    "LunarLanderFull-v0": (
+        "LunarLander-v3",
+        GoalSpace(obs_dim=8, num_actions=4, goal_dims=None,
+                  low=_LLF_LOW, high=_LLF_HIGH,
+                  metric_low=_LLF_METRIC_LOW, metric_high=_LLF_METRIC_HIGH,
+                  rho=0.1, reach="radius"),
+        {},
+    ),
+}
+
+#: The registered ids, ``"sun_lightning/<Name>-v0"``.
+CLASSIC_IDS: tuple[str, ...] = tuple(f"{NAMESPACE}/{name}" for name in _CLASSIC)
+
+
+def _register_all() -> None:
+    for name, (base_id, space, extra) in _CLASSIC.items():
+        register(
+            f"{NAMESPACE}/{name}",
+            space,
+            # String entry points (not closures) keep the specs picklable and
+            # JSON-serializable, so async vector envs and spec.to_json work.
+            entry_point=f"{__name__}:make_env",
+            vector_entry_point=f"{__name__}:make_vector_env",
+            max_episode_steps=gymnasium.spec(base_id).max_episode_steps,
+            kwargs={"base_id": base_id, **extra},
+        )
+
+
+_register_all()

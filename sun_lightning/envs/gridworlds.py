@@ -1,0 +1,442 @@
+"""The three gridworlds of the paper: ThreeRoom, FourRoomStuck and GridMaze (SPEC §6).
+
+Each world is parsed once from its ASCII layout into a :class:`GridLayout` holding
+the whole dynamics as arrays: ``next_tile[tile, action]``, ``random_tile[tile]``
+(Q tiles), ``terminal[tile, action]`` and ``start_probs[tile]``. Both the single
+:class:`GridworldEnv` (for :func:`gymnasium.make`) and the batched
+:class:`GridworldVectorEnv` (for :func:`gymnasium.make_vec`) step through the same
+:meth:`GridLayout.transition`, so they draw random numbers in the same order:
+a vector env of one sub-environment and a single env seeded alike produce the
+same trajectory.
+
+Observations are the one-hot tile over *all* ``rows * cols`` cells (flat index
+``row * cols + col``), rewards are always 0 (reward-free exploration, SPEC §1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from sun_lightning.envs.registry import GoalSpace, register
+
+# Action indices. The 4-action worlds use the first four; GridMaze uses all nine.
+LEFT, RIGHT, UP, DOWN, UP_LEFT, UP_RIGHT, DOWN_LEFT, DOWN_RIGHT, STAY = range(9)
+# (d_row, d_col) per action; row 0 is the top row, so "up" decreases the row.
+MOVES: tuple[tuple[int, int], ...] = (
+    (0, -1), (0, 1), (-1, 0), (1, 0), (-1, -1), (-1, 1), (1, -1), (1, 1), (0, 0),
+)
+
+WALL, FREE, RANDOM, START, GOAL = "W", ".", "Q", "S", "G"
+# A layout line made only of this character is an impassable wall *between* the
+# rows above and below it (ThreeRoom's rooms share no wall tile, SPEC §6).
+ROW_WALL = "-"
+
+TerminalRule = Literal["none", "enter", "stay"]
+
+
+@dataclass(frozen=True, eq=False)
+class GridLayout:
+    """Tabular dynamics of one gridworld, built from its ASCII layout (SPEC §6).
+
+    Attributes:
+        name: environment name, e.g. ``"FourRoomStuck"``.
+        rows, cols: grid shape; tile ``(r, c)`` has flat index ``r * cols + c``.
+        num_actions: 4 (L, R, U, D) or 9 (8 moves + stay).
+        horizon: episode length before truncation.
+        chars: ``[rows, cols]`` layout characters (``W . Q S G``).
+        wall: ``[num_tiles]`` bool, tile is a wall.
+        next_tile: ``[num_tiles, num_actions]`` int, tile reached by taking the
+            (effective) action on a tile; walls, edges, row walls and one-way
+            tiles leave the agent in place.
+        random_tile: ``[num_tiles]`` bool, Q tile: with probability
+            ``replace_prob`` the chosen action is replaced by a uniformly random
+            one of all ``num_actions``.
+        replace_prob: probability of that replacement on a Q tile.
+        terminal: ``[num_tiles, num_actions]`` bool, taking the (effective)
+            action on the tile ends the episode.
+        start_probs: ``[num_tiles]`` spawn distribution.
+        coverable: flat indices of the tiles where an action can be taken: free
+            tiles, minus goal tiles that end the episode on entry.
+    """
+
+    name: str
+    rows: int
+    cols: int
+    num_actions: int
+    horizon: int
+    chars: np.ndarray
+    wall: np.ndarray
+    next_tile: np.ndarray
+    random_tile: np.ndarray
+    replace_prob: float
+    terminal: np.ndarray
+    start_probs: np.ndarray
+    coverable: tuple[int, ...]
+
+    @property
+    def num_tiles(self) -> int:
+        return self.rows * self.cols
+
+    def index(self, row: int, col: int) -> int:
+        """Flat tile index of ``(row, col)``."""
+        return row * self.cols + col
+
+    def one_hot(self, tiles: np.ndarray) -> np.ndarray:
+        """Observations ``[..., num_tiles]`` (float32) of a batch of tile indices."""
+        return np.eye(self.num_tiles, dtype=np.float32)[tiles]
+
+    def sample_starts(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """Draw ``n`` start tiles from ``start_probs`` (always ``n`` uniforms)."""
+        cdf = np.cumsum(self.start_probs)
+        # Dividing by the total makes the last spawn tile's cdf exactly 1, so no
+        # uniform in [0, 1) can fall past it onto a zero-probability tile.
+        cdf /= cdf[-1]
+        return np.searchsorted(cdf, rng.random(n), side="right")
+
+    def transition(
+        self, tiles: np.ndarray, actions: np.ndarray, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One step for a batch of agents.
+
+        Args:
+            tiles: ``[n]`` current tile indices.
+            actions: ``[n]`` chosen actions.
+            rng: source of the Q-tile randomness.
+
+        Returns:
+            ``(next_tiles, terminated)``, both ``[n]``.
+        """
+        if self.random_tile.any():
+            # Draw for every agent, on a Q tile or not, so the number of draws per
+            # step depends only on the batch size (reproducible across envs).
+            replace = rng.random(tiles.shape) < self.replace_prob
+            random_actions = rng.integers(self.num_actions, size=tiles.shape)
+            actions = np.where(self.random_tile[tiles] & replace, random_actions, actions)
+        return self.next_tile[tiles, actions], self.terminal[tiles, actions]
+
+
+def build_layout(
+    name: str,
+    ascii_layout: str,
+    *,
+    num_actions: int,
+    horizon: int,
+    one_way: Mapping[tuple[int, int], int] | None = None,
+    start_weights: Mapping[tuple[int, int], float] | None = None,
+    terminal_rule: TerminalRule = "none",
+    replace_prob: float = 0.5,
+) -> GridLayout:
+    """Parse an ASCII layout into a :class:`GridLayout` (SPEC §6).
+
+    Args:
+        name: environment name.
+        ascii_layout: one line per row, tiles separated by spaces; a line of
+            ``-`` marks a wall between the neighbouring rows.
+        num_actions: 4 or 9; actions index :data:`MOVES`.
+        horizon: episode length.
+        one_way: ``{(row, col): action}``; on such a tile only ``action`` moves
+            the agent, every other action leaves it in place.
+        start_weights: ``{(row, col): probability}`` over the ``S`` tiles;
+            uniform over them when omitted.
+        terminal_rule: ``"enter"``: entering a ``G`` tile ends the episode;
+            ``"stay"``: taking "stay" on a ``G`` tile ends it; ``"none"``.
+        replace_prob: action-replacement probability on ``Q`` tiles.
+
+    Returns:
+        The layout with read-only tables.
+    """
+    grid: list[list[str]] = []
+    row_walls: set[int] = set()  # r in row_walls: wall between rows r - 1 and r
+    for line in ascii_layout.strip().splitlines():
+        tokens = line.split()
+        if set("".join(tokens)) == {ROW_WALL}:
+            row_walls.add(len(grid))
+        else:
+            grid.append(tokens)
+    chars = np.array(grid)
+    rows, cols = chars.shape
+
+    def blocked(r: int, c: int, nr: int, nc: int) -> bool:
+        if not (0 <= nr < rows and 0 <= nc < cols) or chars[nr, nc] == WALL:
+            return True
+        # Only the destination tile matters for diagonals (SPEC §6), but a row
+        # wall still cuts every move that crosses it.
+        return any(min(r, nr) < w <= max(r, nr) for w in row_walls)
+
+    one_way = dict(one_way or {})
+    num_tiles = rows * cols
+    next_tile = np.empty((num_tiles, num_actions), dtype=np.int64)
+    for r in range(rows):
+        for c in range(cols):
+            for a, (dr, dc) in enumerate(MOVES[:num_actions]):
+                nr, nc = r + dr, c + dc
+                # Wall tiles are never occupied; mapping them to themselves keeps
+                # the tables free of phantom moves (e.g. a wall "entering" G).
+                stuck = chars[r, c] == WALL or ((r, c) in one_way and a != one_way[(r, c)])
+                stays = stuck or blocked(r, c, nr, nc)
+                next_tile[r * cols + c, a] = r * cols + c if stays else nr * cols + nc
+
+    flat = chars.reshape(-1)
+    wall = flat == WALL
+    is_goal = flat == GOAL
+    terminal = np.zeros((num_tiles, num_actions), dtype=bool)
+    if terminal_rule == "enter":
+        terminal = is_goal[next_tile]
+    elif terminal_rule == "stay":
+        terminal[is_goal, STAY] = True
+
+    start_probs = np.zeros(num_tiles)
+    starts = list(zip(*np.nonzero(chars == START)))
+    weights = start_weights or {(int(r), int(c)): 1.0 / len(starts) for r, c in starts}
+    if {(int(r), int(c)) for r, c in starts} != set(weights):
+        raise ValueError(f"{name}: start weights {sorted(weights)} do not match the S tiles {starts}")
+    for (r, c), p in weights.items():
+        start_probs[r * cols + c] = p
+    if not np.isclose(start_probs.sum(), 1.0):
+        raise ValueError(f"{name}: start probabilities sum to {start_probs.sum()}, not 1")
+
+    ends_on_entry = is_goal if terminal_rule == "enter" else np.zeros_like(is_goal)
+    coverable = tuple(int(i) for i in np.flatnonzero(~wall & ~ends_on_entry))
+
+    arrays = (chars, wall, next_tile, flat == RANDOM, terminal, start_probs)
+    for array in arrays:
+        array.setflags(write=False)  # shared by every env instance
+    chars, wall, next_tile, random_tile, terminal, start_probs = arrays
+    return GridLayout(
+        name=name,
+        rows=rows,
+        cols=cols,
+        num_actions=num_actions,
+        horizon=horizon,
+        chars=chars,
+        wall=wall,
+        next_tile=next_tile,
+        random_tile=random_tile,
+        replace_prob=replace_prob,
+        terminal=terminal,
+        start_probs=start_probs,
+        coverable=coverable,
+    )
+
+
+THREE_ROOM = """
+. . . . . . . .
+. . . . . . . .
+S . . . . . . .
+- - - - - - - -
+S . . . . . . .
+. . . . . . . .
+. . . . . . . .
+- - - - - - - -
+. . . . . . . .
+. . . . . . . .
+S . . . . . . .
+"""
+
+FOUR_ROOM_STUCK = """
+W W W W W W W W W W W W W
+W S . . . . W . . . . . W
+W . . . . . W . . . . . W
+W Q Q Q . . . . . . . . W
+W W . W W W W W . . . . W
+W . . . . . . W . . . . W
+W . . . . . . W . . . . W
+W . . . . . . W W W . W W
+W . . . . . . W . . . . W
+W . . . . . . W . . . . W
+W . . . . . . . . . . . W
+W . . . . . . W . . . G W
+W W W W W W W W W W W W W
+"""
+
+# The bottom-left room's trap (SPEC §6): entered through (4,2), and its inner
+# one-way tiles only ever lead back into it.
+FOUR_ROOM_ONE_WAY: dict[tuple[int, int], int] = {
+    (4, 2): DOWN,
+    **{(r, 3): LEFT for r in range(5, 11)},
+    (5, 4): LEFT,
+    **{(r, 4): RIGHT for r in range(6, 11)},
+    (11, 3): RIGHT,
+    (11, 4): RIGHT,
+    (10, 7): LEFT,
+}
+
+GRID_MAZE = """
+. . . . . . . . . . . .
+. W . . . . . . . . G .
+W . . . . W W W W . W .
+. W . . W W . . . . W .
+. . . W W . . . . . W .
+. . W W . . . . . . W .
+. W W . . . . . W W W .
+. . W . . . . . . . W .
+. . . . . W W W . . W .
+W W . . W . . . . . W .
+. . W . W . . . . . W .
+S . W . . . . . . . . .
+"""
+
+LAYOUTS: dict[str, GridLayout] = {
+    "ThreeRoom": build_layout(
+        "ThreeRoom",
+        THREE_ROOM,
+        num_actions=4,
+        horizon=100,
+        start_weights={(2, 0): 0.475, (3, 0): 0.475, (8, 0): 0.05},
+    ),
+    "FourRoomStuck": build_layout(
+        "FourRoomStuck",
+        FOUR_ROOM_STUCK,
+        num_actions=4,
+        horizon=200,
+        one_way=FOUR_ROOM_ONE_WAY,
+        terminal_rule="enter",
+    ),
+    "GridMaze": build_layout(
+        "GridMaze", GRID_MAZE, num_actions=9, horizon=200, terminal_rule="stay"
+    ),
+}
+
+
+def _spaces(layout: GridLayout) -> tuple[spaces.Box, spaces.Discrete]:
+    observation_space = spaces.Box(0.0, 1.0, shape=(layout.num_tiles,), dtype=np.float32)
+    return observation_space, spaces.Discrete(layout.num_actions)
+
+
+class GridworldEnv(gymnasium.Env):
+    """One gridworld agent (SPEC §6); build it with :func:`gymnasium.make`.
+
+    The horizon comes from the registration's ``max_episode_steps`` (gymnasium's
+    ``TimeLimit``), so a bare instance never truncates.
+
+    Args:
+        layout: a key of :data:`LAYOUTS`.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, layout: str) -> None:
+        self.layout = LAYOUTS[layout]
+        self.observation_space, self.action_space = _spaces(self.layout)
+        self._tile: np.ndarray | None = None  # shape [1], fed to the batched kernel
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._tile = self.layout.sample_starts(self.np_random, 1)
+        return self.layout.one_hot(self._tile[0]), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self._tile is None:
+            raise RuntimeError("call reset() before step()")
+        if not self.action_space.contains(action):
+            raise ValueError(f"invalid action {action!r} for {self.action_space}")
+        self._tile, terminated = self.layout.transition(
+            self._tile, np.array([action], dtype=np.int64), self.np_random
+        )
+        return self.layout.one_hot(self._tile[0]), 0.0, bool(terminated[0]), False, {}
+
+
+class GridworldVectorEnv(VectorEnv):
+    """``num_envs`` agents in one gridworld, stepped with array ops (SPEC §6).
+
+    Autoresets in gymnasium's ``SAME_STEP`` mode: a sub-environment that
+    terminates or reaches the horizon returns its reset observation, with the
+    last observation in ``info["final_obs"]`` (masks ``info["_final_obs"]``,
+    ``info["final_info"]``/``info["_final_info"]``), as
+    :class:`gymnasium.vector.SyncVectorEnv` does. One generator, seeded by
+    :meth:`reset`, drives spawns and Q tiles of all sub-environments.
+
+    Args:
+        layout: a key of :data:`LAYOUTS`.
+        num_envs: number of sub-environments.
+        max_episode_steps: horizon; the layout's own when ``None``.
+    """
+
+    metadata: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
+    # TorchRL's GymWrapper reads the mode from this attribute, not from metadata.
+    autoreset_mode = AutoresetMode.SAME_STEP
+
+    def __init__(self, layout: str, num_envs: int = 1, max_episode_steps: int | None = None) -> None:
+        self.layout = LAYOUTS[layout]
+        self.num_envs = num_envs
+        self.horizon = self.layout.horizon if max_episode_steps is None else max_episode_steps
+        self.single_observation_space, self.single_action_space = _spaces(self.layout)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self._tiles: np.ndarray | None = None
+        self._elapsed = np.zeros(num_envs, dtype=np.int64)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._tiles = self.layout.sample_starts(self.np_random, self.num_envs)
+        self._elapsed[:] = 0
+        return self.layout.one_hot(self._tiles), {}
+
+    def step(
+        self, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        if self._tiles is None:
+            raise RuntimeError("call reset() before step()")
+        actions = np.asarray(actions)
+        num_actions = self.layout.num_actions
+        if actions.shape != (self.num_envs,) or not np.all((actions >= 0) & (actions < num_actions)):
+            raise ValueError(f"actions must be {self.num_envs} ints in [0, {num_actions}), got {actions}")
+        self._tiles, terminated = self.layout.transition(self._tiles, actions.astype(np.int64), self.np_random)
+        self._elapsed += 1
+        # Like gymnasium's TimeLimit: truncated at the horizon even if terminated too.
+        truncated = self._elapsed >= self.horizon
+        obs = self.layout.one_hot(self._tiles)
+        done = terminated | truncated
+        infos: dict[str, Any] = {}
+        if done.any():
+            final_obs = np.full(self.num_envs, None, dtype=object)
+            # Object array of per-env observation arrays, gymnasium's final_obs format.
+            final_obs[done] = np.fromiter(obs[done], dtype=object, count=int(done.sum()))
+            infos = {
+                "final_obs": final_obs,
+                "_final_obs": done.copy(),
+                "final_info": {},
+                "_final_info": done.copy(),
+            }
+            self._tiles[done] = self.layout.sample_starts(self.np_random, int(done.sum()))
+            self._elapsed[done] = 0
+            obs[done] = self.layout.one_hot(self._tiles[done])
+        return obs, np.zeros(self.num_envs), terminated, truncated, infos
+
+
+def _register_all() -> None:
+    """Register the three gridworlds and their goal spaces (SPEC §2, §6)."""
+    for name, layout in LAYOUTS.items():
+        register(
+            f"sun_lightning/{name}-v0",
+            GoalSpace(
+                obs_dim=layout.num_tiles,
+                num_actions=layout.num_actions,
+                goal_dims=None,
+                low=(),
+                high=(),
+                reach="exact",
+                exact_counts=True,
+                coverable=layout.coverable,
+                grid_shape=(layout.rows, layout.cols),
+            ),
+            entry_point=f"{__name__}:GridworldEnv",
+            vector_entry_point=f"{__name__}:GridworldVectorEnv",
+            max_episode_steps=layout.horizon,
+            kwargs={"layout": name},
+        )
+
+
+_register_all()

@@ -1,0 +1,113 @@
+"""Environment registration with the goal-space facts SUN needs (SPEC §2, §4, §6).
+
+Every environment of the package is registered with gymnasium under the
+``sun_lightning/`` namespace *and* records a :class:`GoalSpace` here, so that the
+goal projection, bounds, pseudocount radius and reach rule live with the
+environment, not in the trainer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import gymnasium
+import torch
+
+NAMESPACE = "sun_lightning"
+
+ReachRule = Literal["exact", "radius", "distance"]
+
+
+@dataclass(frozen=True)
+class GoalSpace:
+    """What a goal is in one environment.
+
+    Attributes:
+        obs_dim: size of the flat observation vector.
+        num_actions: number of discrete actions, or 0 for continuous actions.
+        action_dim: size of the continuous action vector (0 when discrete).
+        goal_dims: indices of the observation that form the goal projection g_s,
+            or ``None`` when g_s is the whole observation (gridworlds, LunarLanderFull).
+        low, high: per-goal-dimension bounds used by the metrics (SPEC §6, §7);
+            ``inf`` where a side is unbounded.
+        rho: pseudocount radius in standardized goal space (SPEC §4).
+        reach: ``"exact"`` (gridworlds: same tile and action), ``"radius"``
+            (classic control: same action and within ``rho`` standardized) or
+            ``"distance"`` (continuous actions: Euclidean distance below ``eta``).
+        eta: reach threshold for ``reach == "distance"``.
+        exact_counts: pseudocount is an exact (tile, action) visit count.
+        coverable: for gridworlds, the flat tile indices whose (tile, action)
+            cells count for coverage (free tiles where an action can be taken).
+        grid_shape: (rows, cols) of a gridworld, for heatmaps.
+    """
+
+    obs_dim: int
+    num_actions: int
+    goal_dims: tuple[int, ...] | None = None
+    low: tuple[float, ...] = ()
+    high: tuple[float, ...] = ()
+    rho: float = 0.1
+    reach: ReachRule = "exact"
+    eta: float = 0.0
+    action_dim: int = 0
+    exact_counts: bool = False
+    coverable: tuple[int, ...] = ()
+    grid_shape: tuple[int, int] | None = None
+    metric_low: tuple[float, ...] = field(default=())
+    metric_high: tuple[float, ...] = field(default=())
+
+    @property
+    def discrete(self) -> bool:
+        return self.num_actions > 0
+
+    @property
+    def goal_dim(self) -> int:
+        return self.obs_dim if self.goal_dims is None else len(self.goal_dims)
+
+    def project(self, obs: torch.Tensor) -> torch.Tensor:
+        """Goal projection g_s of a batch of observations ``[..., obs_dim]``."""
+        if self.goal_dims is None:
+            return obs
+        return obs[..., list(self.goal_dims)]
+
+    def tile(self, goal: torch.Tensor) -> torch.Tensor:
+        """Tile index of a one-hot gridworld goal ``[..., obs_dim]`` (exact spaces only)."""
+        return goal.argmax(-1)
+
+    def cell(self, goal: torch.Tensor, goal_action: torch.Tensor) -> torch.Tensor:
+        """Flat (tile, action) cell index of an exact goal; the exact pseudocount's key."""
+        return self.tile(goal) * self.num_actions + goal_action.long()
+
+
+_GOAL_SPACES: dict[str, GoalSpace] = {}
+
+
+def register(env_id: str, goal_space: GoalSpace, **gym_kwargs) -> None:
+    """Register ``env_id`` with gymnasium and record its goal space.
+
+    Args:
+        env_id: full id, ``"sun_lightning/<Name>-v0"``.
+        goal_space: the environment's :class:`GoalSpace`.
+        **gym_kwargs: forwarded to :func:`gymnasium.register` (``entry_point``,
+            ``vector_entry_point``, ``max_episode_steps``, ``kwargs``...).
+    """
+    if not env_id.startswith(NAMESPACE + "/"):
+        raise ValueError(f"env id {env_id!r} must live in the {NAMESPACE!r} namespace")
+    if env_id not in gymnasium.registry:
+        gymnasium.register(id=env_id, **gym_kwargs)
+    _GOAL_SPACES[env_id] = goal_space
+
+
+def env_ids() -> list[str]:
+    """All environment ids registered by the package."""
+    return sorted(_GOAL_SPACES)
+
+
+def goal_space(env_id: str) -> GoalSpace:
+    """The :class:`GoalSpace` of a registered id; a clear error for an unknown one."""
+    try:
+        return _GOAL_SPACES[env_id]
+    except KeyError:
+        known = ", ".join(env_ids())
+        raise ValueError(f"unknown environment id {env_id!r}; registered ids: {known}") from None

@@ -1,0 +1,61 @@
+"""The goal-selection strategy interface (SPEC §3).
+
+A strategy scores a batch of candidate goals drawn from the replay storage and
+decides when the current goal is dropped. The :class:`GoalSelectionTransform`
+does the rest (drawing candidates, reading values and counts, bookkeeping), so
+adding a rule is one small class and one config value; the training loop never
+changes.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+
+
+class GoalSelector(ABC):
+    """Base class of goal-selection rules.
+
+    Args:
+        num_candidates: size of the candidate batch C_t drawn uniformly from D.
+
+    Class attributes:
+        uses_goals: False for rules that act uniformly at random without goals.
+        learns: False when no value function needs training (Random).
+        episodic: goal chosen once per episode from the episode's first state;
+            after reaching it the agent acts uniformly at random until the
+            episode ends (DISCOVER-style random phase).
+        per_step: a fresh candidate batch every step (SUN per-step).
+        adaptive: ``should_reselect`` needs V(s_t, g_t) at every step.
+    """
+
+    uses_goals: bool = True
+    learns: bool = True
+    episodic: bool = False
+    per_step: bool = False
+    adaptive: bool = False
+
+    def __init__(self, num_candidates: int = 256) -> None:
+        if num_candidates <= 0:
+            raise ValueError(f"num_candidates must be positive, got {num_candidates}")
+        self.num_candidates = num_candidates
+
+    @abstractmethod
+    def score(self, values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """Scores ``[B, K]`` of K candidates for each of B envs.
+
+        Args:
+            values: V(s, g) of each candidate, ``[B, K]``, or ``[E, B, K]`` for an
+                ensemble of E critics.
+            counts: pseudocounts n_g of the candidates, ``[B, K]`` (≥ 1).
+        """
+
+    def should_reselect(
+        self, reached: torch.Tensor, value_now: torch.Tensor | None, value_at_selection: torch.Tensor
+    ) -> torch.Tensor:
+        """Whether each env drops its goal (beyond episode starts), ``[B]`` bool.
+
+        The default is the episodic rule: only on reaching it.
+        """
+        return reached

@@ -1,0 +1,167 @@
+"""Goal selection as a TorchRL transform on the collector's environment (SPEC §1, §3; Algorithm 1).
+
+The transform keeps, for every env of the batch, its goal, the goal's value at
+selection time and the selection bookkeeping. After each step it decides
+whether the goal was reached and whether to re-select, scores a fresh
+candidate batch from the replay storage with the configured
+:class:`~sun_lightning.goals.base.GoalSelector`, and writes the goal for the
+next step into the tensordict, where the policy reads it.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+from torchrl.data import Bounded, Categorical, Composite, Unbounded
+from torchrl.envs.transforms import Transform
+
+from sun_lightning import keys
+from sun_lightning.goals.base import GoalSelector
+from sun_lightning.goals.reach import goal_reached
+from sun_lightning.replay.storage import GoalReplayStorage
+
+_FLAGS = (keys.GOAL_SELECTED, keys.GOAL_RESELECTED, keys.GOAL_REACHED, keys.RANDOM_PHASE)
+
+
+class GoalSelectionTransform(Transform):
+    """Selects, keeps and re-selects each env's goal.
+
+    Keys written (root after reset, ``"next"`` after a step): ``goal`` and
+    ``goal_action`` (the goal pursued from that state), ``goal_selected`` (a
+    new goal was drawn for that state), ``goal_reselected`` (drawn other than
+    at an episode start), ``goal_reached`` (the step that led here reached the
+    previous goal), ``goal_steps`` (steps spent on the goal when it was
+    reached), ``random_phase`` (acting uniformly until the episode ends).
+
+    Args:
+        selector: the selection rule.
+        storage: replay storage the candidates and their counts come from.
+        learner: an :class:`~sun_lightning.module.SVFModule` giving V(s, g).
+        num_envs: B.
+    """
+
+    def __init__(self, selector: GoalSelector, storage: GoalReplayStorage, learner, num_envs: int) -> None:
+        super().__init__()
+        self.selector = selector
+        self.storage = storage
+        self.space = storage.space
+        # A plain attribute holder keeps the learner out of this module's
+        # state dict and away from TorchRL's device casting.
+        self._refs = {"learner": learner}
+        self.active = False
+        b, g = num_envs, self.space.goal_dim
+        self.goal = torch.zeros(b, g)
+        self.goal_action = torch.zeros(b, dtype=torch.long)
+        self.value_at_selection = torch.zeros(b)
+        self.goal_steps = torch.zeros(b, dtype=torch.long)
+        self.has_goal = torch.zeros(b, dtype=torch.bool)
+        self.flags = {name: torch.zeros(b, dtype=torch.bool) for name in _FLAGS}
+
+    @property
+    def learner(self):
+        return self._refs["learner"]
+
+    # ---- specs --------------------------------------------------------------------------
+    def transform_observation_spec(self, observation_spec: Composite) -> Composite:
+        shape = observation_spec.shape
+        observation_spec[keys.GOAL] = Unbounded((*shape, self.space.goal_dim), dtype=torch.float32)
+        observation_spec[keys.GOAL_ACTION] = Categorical(max(self.space.num_actions, 1), shape, dtype=torch.long)
+        observation_spec[keys.GOAL_STEPS] = Bounded(0, 2**31 - 1, shape, dtype=torch.long)
+        for name in _FLAGS:
+            observation_spec[name] = Categorical(2, shape, dtype=torch.bool)
+        return observation_spec
+
+    # ---- TorchRL hooks --------------------------------------------------------------------
+    def _reset(self, tensordict: TensorDictBase | None, tensordict_reset: TensorDictBase) -> TensorDictBase:
+        mask = self._reset_mask(tensordict, tensordict_reset)
+        self.has_goal[mask] = False
+        for name in _FLAGS:
+            self.flags[name][mask] = False
+        self.goal_steps[mask] = 0
+        if self.active and self.selector.uses_goals:
+            self._select(tensordict_reset[keys.OBS], mask)
+        return self._write(tensordict_reset)
+
+    _reset_on_native_autoreset = _reset
+
+    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        self.flags[keys.GOAL_SELECTED].zero_()
+        self.flags[keys.GOAL_RESELECTED].zero_()
+        if not (self.active and self.selector.uses_goals):
+            self.flags[keys.GOAL_REACHED].zero_()
+            return self._write(next_tensordict)
+        had_goal = self.has_goal.clone()
+        achieved = self.space.project(tensordict[keys.OBS])
+        action = tensordict[keys.ACTION] if self.space.discrete else None
+        reached = had_goal & goal_reached(self.space, achieved, action, self.goal, self.goal_action, self._scale())
+        self.goal_steps += had_goal
+        self.flags[keys.GOAL_REACHED] = reached
+        random_phase = self.flags[keys.RANDOM_PHASE]
+        if self.selector.episodic:
+            random_phase |= reached
+            drop = reached
+        else:
+            value_now = self._current_values(next_tensordict[keys.OBS]) if self.selector.adaptive else None
+            drop = had_goal & self.selector.should_reselect(reached, value_now, self.value_at_selection)
+        self.has_goal &= ~drop
+        # Reported once, on the step that reached the goal.
+        steps_to_goal = torch.where(reached, self.goal_steps, 0)
+        done = next_tensordict[keys.DONE].reshape(-1)
+        select = ~self.has_goal & ~done & ~random_phase
+        self._select(next_tensordict[keys.OBS], select)
+        self.flags[keys.GOAL_RESELECTED] = select.clone()
+        out = self._write(next_tensordict)
+        out[keys.GOAL_STEPS] = steps_to_goal
+        return out
+
+    # ---- selection ------------------------------------------------------------------------
+    def _select(self, obs: torch.Tensor, mask: torch.Tensor) -> None:
+        """Draw a candidate batch per masked env and keep the best-scoring goal (SelectGoal of Algorithm 1)."""
+        envs = mask.nonzero().squeeze(-1)
+        if envs.numel() == 0:
+            return
+        k = self.selector.num_candidates
+        index = self.storage.sample_index((envs.numel(), k))
+        cand = self.storage.get(index)
+        goals = self.space.project(cand[keys.OBS])
+        goal_actions = cand[keys.ACTION] if self.space.discrete else None
+        values = self._values(obs[envs], goals, goal_actions)
+        scores = self.selector.score(values, self.storage.counts(index))
+        best = scores.argmax(-1)
+        rows = torch.arange(envs.numel())
+        self.goal[envs] = goals[rows, best]
+        if goal_actions is not None:
+            self.goal_action[envs] = goal_actions[rows, best]
+        chosen = values[..., rows, best]
+        self.value_at_selection[envs] = chosen if chosen.dim() == 1 else chosen.mean(0)
+        self.has_goal[envs] = True
+        self.goal_steps[envs] = 0
+        self.flags[keys.GOAL_SELECTED][envs] = True
+
+    def _values(self, obs: torch.Tensor, goals: torch.Tensor, goal_actions: torch.Tensor | None) -> torch.Tensor:
+        learner = self.learner
+        device = learner.device
+        ga = goal_actions.to(device) if goal_actions is not None else None
+        return learner.goal_values(obs.to(device), goals.to(device), ga).cpu()
+
+    def _current_values(self, obs: torch.Tensor) -> torch.Tensor:
+        return self._values(obs, self.goal.unsqueeze(1), self.goal_action.unsqueeze(1)).squeeze(-1)
+
+    def _scale(self) -> torch.Tensor | None:
+        scale = getattr(self.storage.pseudocount, "scale", None)
+        return scale() if callable(scale) else None
+
+    def _write(self, td: TensorDictBase) -> TensorDictBase:
+        td[keys.GOAL] = self.goal.clone()
+        td[keys.GOAL_ACTION] = self.goal_action.clone()
+        td[keys.GOAL_STEPS] = torch.zeros_like(self.goal_steps)
+        for name in _FLAGS:
+            td[name] = self.flags[name].clone()
+        return td
+
+    @staticmethod
+    def _reset_mask(tensordict: TensorDictBase | None, tensordict_reset: TensorDictBase) -> torch.Tensor:
+        batch = tensordict_reset.batch_size.numel()
+        if tensordict is None or "_reset" not in tensordict.keys():
+            return torch.ones(batch, dtype=torch.bool)
+        return tensordict["_reset"].reshape(batch)

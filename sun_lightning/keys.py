@@ -1,0 +1,36 @@
+"""TensorDict keys shared by environments, transforms, storage, losses and callbacks.
+
+One module so that every producer and consumer of a key agrees on its name.
+"""
+
+OBS = "observation"
+ACTION = "action"
+NEXT = "next"
+REWARD = "reward"
+DONE = "done"
+TERMINATED = "terminated"
+TRUNCATED = "truncated"
+NEXT_OBS = ("next", "observation")
+# The step ended its episode (terminated or truncated): traces and HER
+# segments never cross it (SPEC §5a).
+EPISODE_END = "episode_end"
+
+# Goal pursued at this step (SPEC §2): the state projection g_s and, for
+# discrete-action environments, the goal action g_a.
+GOAL = "goal"
+GOAL_ACTION = "goal_action"
+# Goal projection of the step's own state (what the step "achieves").
+ACHIEVED_GOAL = "achieved_goal"
+# Per-entry pseudocount n_g (SPEC §4).
+PSEUDOCOUNT = "pseudocount"
+
+# Selection bookkeeping written by the goal transform.
+GOAL_SELECTED = "goal_selected"      # a new goal was selected for this step
+GOAL_RESELECTED = "goal_reselected"  # selected other than at an episode start
+GOAL_REACHED = "goal_reached"        # the step leading here reached the goal
+GOAL_STEPS = "goal_steps"            # steps spent on the current goal so far
+RANDOM_PHASE = "random_phase"        # acting uniformly at random (episodic rules)
+SELECTION_VALUE = "selection_value"  # V(s_sel, g) at selection time
+
+# Learning batches (SPEC §5a): rows laid out as [groups, T].
+TARGET = "target"

@@ -1,0 +1,119 @@
+"""Goal-conditioned Q network of the DQN variant (SPEC §5a, paper figure "Architecture of Q")."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class Maxout(nn.Module):
+    """``pieces`` parallel bias-free linear maps reduced by an elementwise max.
+
+    One fused matmul computes all pieces, laid out so that the pieces of one
+    unit are adjacent; ``max`` over that last axis keeps its argmax and its
+    backward is a single scatter (pairwise ``maximum`` costs several masks).
+    """
+
+    def __init__(self, in_features: int, out_features: int, pieces: int = 4) -> None:
+        super().__init__()
+        self.out_features, self.pieces = out_features, pieces
+        self.linear = nn.Linear(in_features, out_features * pieces, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x).unflatten(-1, (self.out_features, self.pieces)).max(-1).values
+
+
+class Branch(nn.Module):
+    """Linear → LayerNorm → Dropout → SiLU, the state and goal branches of Q."""
+
+    def __init__(self, in_features: int, width: int, dropout: float) -> None:
+        super().__init__()
+        self.linear = nn.Linear(in_features, width, bias=False)
+        self.norm = nn.LayerNorm(width, bias=False)
+        self.dropout = dropout
+
+    def forward(self, x: torch.Tensor, dropout: bool) -> torch.Tensor:
+        h = self.norm(self.linear(x))
+        if dropout and self.dropout > 0:
+            h = h * dropout_mask(h.shape, self.dropout, h.device)
+        return F.silu(h)
+
+
+def dropout_mask(shape: torch.Size, p: float, device: torch.device) -> torch.Tensor:
+    """Inverted-dropout mask (0 or 1 / (1 − p)) with p quantized to 1/65536.
+
+    Four 16-bit draws come out of each 64-bit random number: the Bernoulli
+    draws of ``F.dropout`` were ~20 % of an update's time on CPU.
+    """
+    n = shape.numel()
+    words = torch.randint(-(2**63), 2**63 - 1, ((n + 3) // 4,), dtype=torch.int64, device=device)
+    bits = words.view(torch.int16)[:n].view(shape)
+    threshold = round(p * 65536) - 32768
+    return (bits >= threshold).to(torch.float32) * (1.0 / (1.0 - p))
+
+
+class GoalQNetwork(nn.Module):
+    """Q(s, g_s) → |A| × |A| values: Q(s, a, g_s, g_a) for every action a and goal action g_a.
+
+    Architecture of SPEC §5a: encoder φ on s and g_s (identity for one-hot
+    gridworlds, an RBF layer for continuous inputs, §5c), each branch
+    Linear → LayerNorm → Dropout → SiLU; fusion concat(f_s, f_g, f_s ⊙ f_g);
+    Maxout (4 × Linear); LayerNorm → LeakyReLU → Linear → LayerNorm → LeakyReLU
+    → Linear |A|². Linear weights N(0, 0.01²); no biases except the last layer.
+
+    Args:
+        obs_dim: input size of the state branch (after the encoder).
+        goal_dim: input size of the goal branch (after the encoder).
+        num_actions: |A|.
+        width: hidden width (64 in the paper).
+        maxout_pieces: parallel linear maps of the maxout layer.
+        dropout: dropout probability of the branches.
+        init_std: std of the normal weight initialisation.
+        obs_encoder, goal_encoder: modules applied to s and g_s first (identity if None).
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        goal_dim: int,
+        num_actions: int,
+        width: int = 64,
+        maxout_pieces: int = 4,
+        dropout: float = 0.1,
+        init_std: float = 0.01,
+        obs_encoder: nn.Module | None = None,
+        goal_encoder: nn.Module | None = None,
+    ) -> None:
+        super().__init__()
+        self.num_actions = num_actions
+        self.obs_encoder = obs_encoder or nn.Identity()
+        self.goal_encoder = goal_encoder or nn.Identity()
+        self.state_branch = Branch(obs_dim, width, dropout)
+        self.goal_branch = Branch(goal_dim, width, dropout)
+        self.maxout = Maxout(3 * width, width, maxout_pieces)
+        self.head = nn.Sequential(
+            nn.LayerNorm(width, bias=False),
+            nn.LeakyReLU(),
+            nn.Linear(width, width, bias=False),
+            nn.LayerNorm(width, bias=False),
+            nn.LeakyReLU(),
+            nn.Linear(width, num_actions * num_actions),
+        )
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, std=init_std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+
+    def forward(self, obs: torch.Tensor, goal: torch.Tensor, dropout: bool = False) -> torch.Tensor:
+        """Q values ``[..., |A| (action), |A| (goal action)]`` for ``obs [..., D]``, ``goal [..., G]``.
+
+        Dropout is applied only when asked (learning updates), never when acting
+        or selecting goals, whatever the module's train/eval mode.
+        """
+        f_s = self.state_branch(self.obs_encoder(obs), dropout)
+        f_g = self.goal_branch(self.goal_encoder(goal), dropout)
+        h = self.maxout(torch.cat([f_s, f_g, f_s * f_g], dim=-1))
+        q = self.head(h)
+        return q.unflatten(-1, (self.num_actions, self.num_actions))

@@ -1,0 +1,91 @@
+"""Replay storage D: a TorchRL tensor storage of B interleaved env streams with pseudocounts.
+
+Entries are written one vector-env step (B frames) at a time, frame (t, b)
+at flat position (t·B + b) mod capacity, so the T steps following an entry of
+env b are B positions apart. Episode ends are kept as flags, so sequences may
+run across episodes and the learner still keeps them apart (SPEC §5a).
+Every entry has a pseudocount, maintained on insert (SPEC §4).
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict
+from torchrl.data import LazyTensorStorage
+
+from sun_lightning import keys
+from sun_lightning.envs.registry import GoalSpace
+
+STORED_KEYS = (keys.OBS, keys.ACTION, keys.NEXT_OBS, keys.TERMINATED, keys.EPISODE_END)
+
+
+class GoalReplayStorage:
+    """Replay storage of transitions with per-entry pseudocounts.
+
+    Args:
+        space: the environment's goal space (projection, counts).
+        num_envs: B, the number of interleaved env streams.
+        capacity: entries kept; the oldest are evicted (FIFO) beyond it.
+        pseudocount: an object with ``insert(index, x, action)``, ``counts(index)``
+            and ``__len__`` (:class:`~sun_lightning.replay.exact_count.ExactCount`
+            or the radius pseudocount).
+        device: where the entries live.
+    """
+
+    def __init__(self, space: GoalSpace, num_envs: int, capacity: int, pseudocount, device: str | torch.device = "cpu") -> None:
+        if capacity < num_envs:
+            raise ValueError(f"capacity ({capacity}) must hold at least one step of {num_envs} envs")
+        self.space = space
+        self.num_envs = num_envs
+        self.capacity = capacity - capacity % num_envs
+        self.pseudocount = pseudocount
+        self.device = torch.device(device)
+        self._storage = LazyTensorStorage(self.capacity, device=self.device)
+        self.steps = 0  # vector-env steps written so far
+
+    def __len__(self) -> int:
+        return min(self.steps * self.num_envs, self.capacity)
+
+    @property
+    def steps_held(self) -> int:
+        return len(self) // self.num_envs
+
+    def extend(self, frames: TensorDict) -> torch.Tensor:
+        """Write one vector step (``frames`` of batch size ``[B]``) and update pseudocounts.
+
+        Returns:
+            The storage positions written, ``[B]``.
+        """
+        index = (self.steps * self.num_envs + torch.arange(self.num_envs, device=self.device)) % self.capacity
+        frames = frames.select(*STORED_KEYS).to(self.device)
+        self._storage.set(index, frames)
+        action = frames[keys.ACTION] if self.space.discrete else None
+        self.pseudocount.insert(index, self.space.project(frames[keys.OBS]), action)
+        self.steps += 1
+        return index
+
+    def get(self, index: torch.Tensor) -> TensorDict:
+        """Entries at flat positions ``index`` (any shape)."""
+        return self._storage.get(index)
+
+    def counts(self, index: torch.Tensor) -> torch.Tensor:
+        """Pseudocounts n of the entries at ``index``, O(1)."""
+        return self.pseudocount.counts(index.reshape(-1)).reshape(index.shape)
+
+    def sample_index(self, shape: tuple[int, ...], generator: torch.Generator | None = None) -> torch.Tensor:
+        """Uniform positions of stored entries."""
+        n = len(self)
+        if n == 0:
+            raise RuntimeError("cannot sample from an empty replay storage")
+        return torch.randint(n, shape, generator=generator, device=self.device)
+
+    def sequence_index(self, num: int, length: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Positions ``[num, length]`` of ``num`` runs of ``length`` consecutive steps of one env each."""
+        held = self.steps_held
+        if held < length:
+            raise RuntimeError(f"storage holds {held} steps per env, fewer than a sequence of {length}")
+        oldest = self.steps - held
+        start = oldest + torch.randint(held - length + 1, (num, 1), generator=generator, device=self.device)
+        env = torch.randint(self.num_envs, (num, 1), generator=generator, device=self.device)
+        steps = start + torch.arange(length, device=self.device)
+        return (steps * self.num_envs + env) % self.capacity

@@ -1,0 +1,70 @@
+"""Test fixtures shared by several test files: a hand-made value table and a filled storage."""
+
+from __future__ import annotations
+
+import gymnasium
+import torch
+from torchrl.envs import GymWrapper, TransformedEnv
+
+import sun_lightning.envs  # noqa: F401
+from sun_lightning.envs.registry import goal_space
+from sun_lightning.goals.transform import GoalSelectionTransform
+from sun_lightning.replay.exact_count import ExactCount
+from sun_lightning.replay.storage import GoalReplayStorage
+
+THREE_ROOM = "sun_lightning/ThreeRoom-v0"
+
+
+class TableLearner:
+    """Stand-in learner with V(s, g) = table[tile(s), tile(g)], whatever the goal action."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, num_tiles: int) -> None:
+        self.table = torch.zeros(num_tiles, num_tiles)
+
+    def goal_values(self, obs, goal, goal_action):
+        return self.table[obs.argmax(-1).unsqueeze(-1), goal.argmax(-1)]
+
+    def act(self, obs, goal, goal_action):
+        return torch.zeros(obs.shape[0], dtype=torch.long)
+
+
+def one_hot(tiles, size: int) -> torch.Tensor:
+    return torch.nn.functional.one_hot(torch.as_tensor(tiles), size).float()
+
+
+def filled_storage(tiles: list[int], actions: list[int], env_id: str = THREE_ROOM, num_envs: int = 1, capacity: int = 1000):
+    """A storage whose entries are the given (tile, action) pairs, written one vector step at a time."""
+    from tensordict import TensorDict
+
+    from sun_lightning import keys
+
+    space = goal_space(env_id)
+    storage = GoalReplayStorage(space, num_envs, capacity, ExactCount(space.obs_dim * space.num_actions, capacity, space.num_actions))
+    for start in range(0, len(tiles), num_envs):
+        t = torch.tensor(tiles[start : start + num_envs])
+        obs = one_hot(t, space.obs_dim)
+        storage.extend(
+            TensorDict(
+                {
+                    keys.OBS: obs,
+                    keys.ACTION: torch.tensor(actions[start : start + num_envs]),
+                    keys.NEXT_OBS: obs,
+                    keys.TERMINATED: torch.zeros(num_envs, dtype=torch.bool),
+                    keys.EPISODE_END: torch.zeros(num_envs, dtype=torch.bool),
+                },
+                batch_size=[num_envs],
+            )
+        )
+    return storage
+
+
+def goal_env(selector, storage, learner, num_envs: int, env_id: str = THREE_ROOM, seed: int = 0):
+    """A TorchRL env of ``num_envs`` gridworlds with an active goal-selection transform."""
+    vec = gymnasium.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point")
+    base = GymWrapper(vec, categorical_action_encoding=True)
+    base.set_seed(seed)
+    transform = GoalSelectionTransform(selector, storage, learner, num_envs)
+    transform.active = True
+    return TransformedEnv(base, transform), transform

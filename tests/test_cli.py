@@ -1,0 +1,94 @@
+"""The command line end to end: configs, errors that name the problem, MLflow runs, reproducibility."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from sun_lightning.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = [
+    "--data.total_frames", "800",
+    "--data.warmup_frames", "600",
+    "--data.num_envs", "2",
+    "--metrics.log_every_frames", "200",
+    "--metrics.verbose", "false",
+    "--trainer.enable_checkpointing", "false",
+]
+
+
+def fit(config: str, *extra: str):
+    cli = main(["fit", "--config", str(ROOT / "conf" / config), *TINY, *extra])
+    return cli
+
+
+def runs(tmp_path: Path):
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    return mlflow.search_runs(experiment_names=["sun_lightning"], order_by=["start_time ASC"])
+
+
+def test_fit_logs_a_readable_mlflow_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cli = fit("three_room.yaml")
+    final = next(cb for cb in cli.trainer.callbacks if cb.__class__.__name__ == "ExplorationLogger").final
+    assert 0 < final["explore/visits/coverage"] <= 1 and 0 < final["explore/visits/entropy"] <= 1
+    assert cli.model.updates == 200  # one per frame after warm-up
+    table = runs(tmp_path)
+    assert len(table) == 1 and table.status[0] == "FINISHED"
+    client = mlflow.tracking.MlflowClient()
+    run_id = table.run_id[0]
+    history = client.get_metric_history(run_id, "explore/visits/coverage")
+    assert [m.step for m in history] == [200, 400, 600, 800]  # logged against env frames
+    assert "train/loss/td" in table.columns.str.removeprefix("metrics.").tolist()
+    assert table["params.data.env_id"][0] == "sun_lightning/ThreeRoom-v0"
+    assert [a.path for a in client.list_artifacts(run_id)] == ["config.yaml"]
+    config = Path(client.download_artifacts(run_id, "config.yaml", str(tmp_path))).read_text()
+    assert "env_id: sun_lightning/ThreeRoom-v0" in config
+
+
+def test_same_seed_same_numbers_and_random_baseline(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    finals = []
+    for _ in range(2):
+        cli = fit("three_room.yaml", "--seed_everything", "3", "--trainer.logger", "false")
+        finals.append(next(cb for cb in cli.trainer.callbacks if cb.__class__.__name__ == "ExplorationLogger").final)
+    keys = ["explore/visits/coverage", "explore/visits/entropy", "train/loss/td", "explore/goals/selected"]
+    assert [finals[0][k] for k in keys] == [finals[1][k] for k in keys]
+    cli = fit("three_room.yaml", "--data.selector", "sun_lightning.goals.RandomActions", "--trainer.logger", "false")
+    assert cli.model.updates == 0 and cli.datamodule.frames == 800
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--data.env_id", "sun_lightning/NoSuchWorld-v0"], "unknown environment id 'sun_lightning/NoSuchWorld-v0'"),
+        (["--data.total_frames", "0"], "total_frames must be positive"),
+        (["--data.no_such_key", "1"], "no_such_key"),
+        (["--model.init_args.gamma", "1.5"], "gamma"),
+    ],
+)
+def test_bad_input_fails_fast_naming_the_problem(args, message, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "sun_lightning", "fit", "--config", str(ROOT / "conf" / "three_room.yaml"), *args],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode != 0
+    assert message in proc.stderr + proc.stdout
+
+
+def test_print_config_shows_every_hyperparameter(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "sun_lightning", "fit", "--config", str(ROOT / "conf" / "four_room_stuck.yaml"), "--print_config"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for line in ["gamma: 0.99", "lam: 0.95", "tau: 0.001", "lr: 0.001", "grad_clip: 1.0", "epsilon: 0.1",
+                 "num_sequences: 16", "sequence_length: 16", "relabels: 4", "negatives: true", "dropout: 0.1",
+                 "num_candidates: 256", "SUNAdaptive"]:
+        assert line in proc.stdout, line
+    assert not (tmp_path / "mlruns").exists() or not any((tmp_path / "mlruns").iterdir())

@@ -1,0 +1,155 @@
+"""The DQN variant (SPEC §5a): network architecture and the TD(λ) targets of a batch, against a plain loop."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+import sun_lightning.envs  # noqa: F401
+from sun_lightning import keys
+from sun_lightning.agents.dqn import DQNSVF
+from sun_lightning.envs.registry import goal_space
+from sun_lightning.networks.q_network import GoalQNetwork, dropout_mask
+
+SPACE = goal_space("sun_lightning/FourRoomStuck-v0")
+
+
+def test_network_shapes_init_and_biases():
+    torch.manual_seed(0)
+    net = GoalQNetwork(169, 169, 4)
+    q = net(torch.randn(7, 169), torch.randn(7, 169))
+    assert q.shape == (7, 4, 4)
+    linears = [m for m in net.modules() if isinstance(m, torch.nn.Linear)]
+    assert [m.bias is not None for m in linears] == [False] * (len(linears) - 1) + [True]
+    weights = torch.cat([m.weight.flatten() for m in linears])
+    assert abs(weights.std().item() - 0.01) < 0.0005 and abs(weights.mean().item()) < 0.0005
+    assert net.maxout.linear.out_features == 4 * 64 and net.head[-1].out_features == 16
+    assert all(m.bias is None for m in net.modules() if isinstance(m, torch.nn.LayerNorm))
+
+
+def test_maxout_is_max_of_four_linear_maps():
+    torch.manual_seed(0)
+    net = GoalQNetwork(5, 5, 2)
+    x = torch.randn(9, 192)
+    w = net.maxout.linear.weight.view(64, 4, 192)  # unit-major layout
+    pieces = torch.stack([x @ w[:, i].T for i in range(4)])
+    torch.testing.assert_close(net.maxout(x), pieces.amax(0))
+
+
+def test_dropout_only_when_asked_and_at_its_rate():
+    torch.manual_seed(0)
+    net = GoalQNetwork(6, 6, 3)
+    obs, goal = torch.randn(4, 6), torch.randn(4, 6)
+    torch.testing.assert_close(net(obs, goal), net(obs, goal))
+    assert not torch.equal(net(obs, goal, dropout=True), net(obs, goal))
+    mask = dropout_mask(torch.Size([200_000]), 0.1, torch.device("cpu"))
+    assert abs((mask == 0).float().mean().item() - 0.1) < 0.003
+    assert torch.allclose(mask[mask > 0], torch.tensor(1 / 0.9))
+
+
+def consistent_batch(n: int, t: int, seed: int) -> TensorDict:
+    """Random runs where next_obs[t] = obs[t+1] except at episode ends, goals constant between terminal steps."""
+    g = torch.Generator().manual_seed(seed)
+    tiles = torch.randint(0, SPACE.obs_dim, (n, t + 1), generator=g)
+    end = torch.rand(n, t, generator=g) < 0.2
+    reset_tiles = torch.randint(0, SPACE.obs_dim, (n, t), generator=g)
+    obs_tiles = tiles[:, :t].clone()
+    next_tiles = tiles[:, 1:].clone()
+    # After an episode end the next row starts from a reset state, not the final one.
+    for i in range(n):
+        for k in range(t - 1):
+            if end[i, k]:
+                next_tiles[i, k] = reset_tiles[i, k]
+    reward = (torch.rand(n, t, generator=g) < 0.2).float()
+    goal_tiles = torch.randint(0, SPACE.obs_dim, (n, t), generator=g)
+    goal_action = torch.randint(0, 4, (n, t), generator=g)
+    for i in range(n):
+        for k in range(1, t):
+            if reward[i, k - 1] == 0:  # the goal changes only after a terminal step
+                goal_tiles[i, k], goal_action[i, k] = goal_tiles[i, k - 1], goal_action[i, k - 1]
+    eye = torch.eye(SPACE.obs_dim)
+    return TensorDict(
+        {
+            keys.OBS: eye[obs_tiles],
+            keys.NEXT_OBS: eye[next_tiles],
+            keys.ACTION: torch.randint(0, 4, (n, t), generator=g),
+            keys.GOAL: eye[goal_tiles],
+            keys.GOAL_ACTION: goal_action,
+            keys.REWARD: reward,
+            keys.TERMINATED: torch.rand(n, t, generator=g) < 0.05,
+            keys.EPISODE_END: end,
+        },
+        batch_size=[n, t],
+    )
+
+
+def reference_targets(module: DQNSVF, batch: TensorDict) -> torch.Tensor:
+    """Watkins Q(λ) targets, one row and one step at a time, next states from next_obs."""
+    gamma, lam = module.hparams.gamma, module.hparams.lam
+    n, t = batch.batch_size
+    out = torch.zeros(n, t)
+    with torch.no_grad():
+        for i in range(n):
+            ret = 0.0
+            for k in reversed(range(t)):
+                s_next, g, ga = batch[keys.NEXT_OBS][i, k], batch[keys.GOAL][i, k], int(batch[keys.GOAL_ACTION][i, k])
+                q_on = module.q(s_next[None], g[None])[0, :, ga]
+                q_tg = module.q_target(s_next[None], g[None])[0, :, ga]
+                boot = min(float(q_tg[int(q_on.argmax())]), 1.0)
+                cont = 0.0
+                if k < t - 1 and not batch[keys.EPISODE_END][i, k]:
+                    a_next = int(batch[keys.ACTION][i, k + 1])
+                    cont = 1.0 if float(q_on[a_next]) >= float(q_on.max()) - (1 - gamma) else 0.0
+                r = float(batch[keys.REWARD][i, k])
+                done = r > 0 or bool(batch[keys.TERMINATED][i, k])
+                ret = r + (0.0 if done else gamma * ((1 - lam * cont) * boot + lam * cont * ret))
+                out[i, k] = ret
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_td_targets_match_a_plain_loop(seed):
+    torch.manual_seed(seed)
+    module = DQNSVF(SPACE, dropout=0.0, init_std=0.3)
+    # Distinct target weights, so Double DQN's argmax/evaluation split matters.
+    for p in module.q_target.parameters():
+        p.data.add_(0.2 * torch.randn_like(p))
+    batch = consistent_batch(6, 9, seed)
+    q_taken, target, _ = module.td_targets(batch)
+    torch.testing.assert_close(target, reference_targets(module, batch), atol=1e-5, rtol=1e-5)
+    q_ref = module.q(batch[keys.OBS], batch[keys.GOAL])
+    q_ref = q_ref.gather(-1, batch[keys.GOAL_ACTION][..., None, None].expand(-1, -1, 4, 1)).squeeze(-1)
+    torch.testing.assert_close(q_taken, q_ref.gather(-1, batch[keys.ACTION].unsqueeze(-1)).squeeze(-1))
+
+
+def test_update_moves_q_towards_target_and_polyak_target():
+    torch.manual_seed(0)
+    module = DQNSVF(SPACE)
+    opt = module.configure_optimizers()
+    batch = consistent_batch(8, 16, 0)
+    before = [p.clone() for p in module.q_target.parameters()]
+    losses = []
+    for _ in range(30):
+        loss, _ = module.loss(batch)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        module.polyak_update()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+    online, target = list(module.q.parameters()), list(module.q_target.parameters())
+    # One Polyak step moves the target by tau of the gap.
+    gap = [o.detach() - t_ for o, t_ in zip(online, target)]
+    old = [t_.clone() for t_ in target]
+    module.polyak_update()
+    for t_, o_, g_ in zip(target, old, gap):
+        torch.testing.assert_close(t_ - o_, 0.001 * g_, atol=1e-7, rtol=1e-4)
+    assert any(not torch.equal(a, b) for a, b in zip(before, target))
+
+
+def test_rejects_continuous_actions_and_bad_discount():
+    with pytest.raises(ValueError, match="gamma"):
+        DQNSVF(SPACE, gamma=1.5)
+    with pytest.raises(ValueError, match="goal_space"):
+        DQNSVF(None)

@@ -1,0 +1,97 @@
+"""SUN adaptive selection (SPEC §1, §3) on hand-made values and counts, in one env and in a vector env."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import TableLearner, filled_storage, goal_env
+from sun_lightning import keys
+from sun_lightning.goals import SUNAdaptive
+from sun_lightning.goals.sun import SUNAdaptive as _SUN  # noqa: F401
+
+NUM_TILES = 72  # ThreeRoom: 9 x 8
+
+
+def all_candidates(storage, monkeypatch):
+    """Make every candidate batch the whole storage, so the argmax is checkable."""
+    n = len(storage)
+    monkeypatch.setattr(storage, "sample_index", lambda shape, generator=None: torch.arange(n).expand(*shape[:-1], n))
+
+
+def test_score_is_value_over_count():
+    values = torch.tensor([[0.8, 0.0, 0.5, 0.3]])
+    counts = torch.tensor([[4.0, 1.0, 2.0, 1.0]])
+    torch.testing.assert_close(SUNAdaptive().score(values, counts), torch.tensor([[0.2, 0.0, 0.25, 0.3]]))
+
+
+def test_reselect_rule():
+    rule = SUNAdaptive()
+    reached = torch.tensor([True, False, False, False])
+    now = torch.tensor([0.5, 0.4, 0.5, 0.6])
+    at_sel = torch.tensor([0.5, 0.5, 0.5, 0.5])
+    assert rule.should_reselect(reached, now, at_sel).tolist() == [True, True, False, False]
+
+
+@pytest.mark.parametrize("num_envs", [1, 3])
+def test_selects_argmax_and_never_a_zero_value_goal(num_envs, monkeypatch):
+    # tile 5 seen 4 times, 10 once (unreachable: V = 0), 20 twice, 30 once
+    tiles = [5] * 4 + [10] + [20] * 2 + [30]
+    tiles += [30] * (-len(tiles) % num_envs)  # whole vector steps
+    storage = filled_storage(tiles, [0] * len(tiles), num_envs=num_envs)
+    all_candidates(storage, monkeypatch)
+    learner = TableLearner(NUM_TILES)
+    learner.table[:, 5], learner.table[:, 20], learner.table[:, 30] = 0.8, 0.5, 0.3
+    env, transform = goal_env(SUNAdaptive(), storage, learner, num_envs)
+    td = env.reset()
+    n = storage.counts(torch.arange(len(storage)))
+    counts = {t: n[tiles.index(t)].item() for t in (5, 10, 20, 30)}
+    best = max((0.8 / counts[5], 5), (0.5 / counts[20], 20), (0.3 / counts[30], 30))[1]
+    assert td[keys.GOAL].argmax(-1).tolist() == [best] * num_envs
+    assert td[keys.GOAL_SELECTED].all()
+
+    # Novelty alone would pick the unreachable, least-visited tile 10: it scores 0.
+    learner.table.zero_()
+    learner.table[:, 5] = 0.01
+    td = env.reset()
+    assert td[keys.GOAL].argmax(-1).tolist() == [5] * num_envs
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_reselects_exactly_on_reach_or_value_drop(num_envs, monkeypatch):
+    storage = filled_storage([40] * 2 + [41] * 2, [1, 1, 1, 1], num_envs=2)
+    all_candidates(storage, monkeypatch)
+    learner = TableLearner(NUM_TILES)
+    learner.table[:, 40] = 0.5
+    learner.table[:, 41] = 0.1
+    env, transform = goal_env(SUNAdaptive(), storage, learner, num_envs)
+    td = env.reset()
+    assert (td[keys.GOAL].argmax(-1) == 40).all() and (td[keys.GOAL_ACTION] == 1).all()
+    start = td[keys.OBS].argmax(-1)
+
+    # Value unchanged at the next state: keep the goal.
+    td[keys.ACTION] = torch.zeros(num_envs, dtype=torch.long)  # LEFT: into the edge, stays put
+    out = env.step(td)["next"]
+    assert not out[keys.GOAL_RESELECTED].any() and not out[keys.GOAL_SELECTED].any()
+    assert not out[keys.GOAL_REACHED].any()
+
+    # Value at the current state drops below the value at selection: re-select.
+    learner.table[start, 40] = 0.4
+    td = env.step(td)
+    nxt = td["next"]
+    assert nxt[keys.GOAL_RESELECTED].all() and nxt[keys.GOAL_SELECTED].all()
+    assert transform.value_at_selection.tolist() == pytest.approx([0.4] * num_envs)
+
+    # Reaching: taking the goal action on the goal tile. Env 0 is given its own
+    # tile and action 1 as goal, the others a goal elsewhere.
+    td = env.reset()
+    here = td[keys.OBS].argmax(-1)
+    transform.goal[:] = torch.nn.functional.one_hot(torch.where(torch.arange(num_envs) == 0, here, 71), NUM_TILES).float()
+    transform.goal_action[:] = 1
+    td[keys.GOAL], td[keys.GOAL_ACTION] = transform.goal.clone(), transform.goal_action.clone()
+    td[keys.ACTION] = torch.full((num_envs,), 1)
+    nxt = env.step(td)["next"]
+    expected = [True] + [False] * (num_envs - 1)
+    assert nxt[keys.GOAL_REACHED].tolist() == expected
+    assert nxt[keys.GOAL_STEPS].tolist() == [1] + [0] * (num_envs - 1)
+    assert nxt[keys.GOAL_RESELECTED][0]

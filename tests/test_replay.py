@@ -1,0 +1,78 @@
+"""Replay storage (sequences, exact counts, eviction) and the segmented-HER batches (SPEC §4, §5a)."""
+
+from __future__ import annotations
+
+import torch
+
+from helpers import THREE_ROOM, filled_storage
+from sun_lightning import keys
+from sun_lightning.replay.hindsight import SegmentedHindsightSampler
+
+
+def brute_force_counts(storage) -> torch.Tensor:
+    """Count of each stored entry = stored entries with the same (tile, action)."""
+    entries = storage.get(torch.arange(len(storage)))
+    cell = entries[keys.OBS].argmax(-1) * storage.space.num_actions + entries[keys.ACTION]
+    return (cell[:, None] == cell[None, :]).sum(1).float()
+
+
+def test_exact_counts_match_brute_force_with_eviction():
+    g = torch.Generator().manual_seed(0)
+    tiles = torch.randint(0, 6, (400,), generator=g).tolist()
+    actions = torch.randint(0, 4, (400,), generator=g).tolist()
+    storage = filled_storage(tiles, actions, num_envs=4, capacity=120)
+    assert len(storage) == 120 and len(storage.pseudocount) == 120
+    torch.testing.assert_close(storage.counts(torch.arange(120)), brute_force_counts(storage))
+    # The visit table holds the last 120 inserts exactly.
+    expected = torch.zeros(72 * 4, dtype=torch.long)
+    for tile, action in zip(tiles[-120:], actions[-120:]):
+        expected[tile * 4 + action] += 1
+    assert torch.equal(storage.pseudocount.visits(), expected)
+
+
+def test_sequences_are_consecutive_steps_of_one_env():
+    num_envs, steps = 3, 50
+    # Encode (step, env) in the tile so the order can be read back.
+    tiles = [(s * num_envs + e) % 72 for s in range(steps) for e in range(num_envs)]
+    storage = filled_storage(tiles, [0] * len(tiles), num_envs=num_envs, capacity=90)
+    index = storage.sequence_index(200, 16, torch.Generator().manual_seed(1))
+    flat = storage.get(index)[keys.OBS].argmax(-1)
+    assert index.shape == (200, 16)
+    # Consecutive entries of one env are num_envs apart in the write order.
+    diffs = (flat[:, 1:] - flat[:, :-1]) % 72
+    assert (diffs == num_envs).all()
+    # Only the 30 steps still held (capacity 90 / 3 envs) can start a run.
+    oldest_tile = (steps - 30) * num_envs % 72
+    offset = (flat[:, 0] - oldest_tile) % 72
+    assert offset.max() <= (30 - 16) * num_envs + num_envs - 1
+    assert offset.unique().numel() > 30  # starts spread over the held steps
+
+
+def test_segmented_batch_layout_rewards_and_goals():
+    g = torch.Generator().manual_seed(0)
+    num_envs, steps = 2, 200
+    tiles = torch.randint(0, 72, (steps * num_envs,), generator=g).tolist()
+    actions = torch.randint(0, 4, (steps * num_envs,), generator=g).tolist()
+    storage = filled_storage(tiles, actions, num_envs=num_envs, capacity=1000)
+    sampler = SegmentedHindsightSampler()
+    batch = sampler.sample(storage, generator=g)
+    assert batch.batch_size == (128, 16) and sampler.rows == 2048
+    groups = batch.view(16, 4, 2, 16)
+    obs_tile = groups[keys.OBS].argmax(-1)
+    goal_tile = groups[keys.GOAL].argmax(-1)
+    # Every relabelled copy carries the same run.
+    assert (obs_tile == obs_tile[:, :1, :1]).all()
+    pos, neg = groups[:, :, 0], groups[:, :, 1]
+    # Positives: each goal is the (tile, action) of a step at or after t, and that step is rewarded.
+    for s in range(16):
+        for r in range(4):
+            run_tiles, run_actions = obs_tile[s, r, 0], pos[keys.ACTION][s, r]
+            for t in range(16):
+                future = [(int(run_tiles[k]), int(run_actions[k])) for k in range(t, 16)]
+                assert (int(goal_tile[s, r, 0, t]), int(pos[keys.GOAL_ACTION][s, r, t])) in future
+    # Reward is 1 exactly where (s_t, a_t) equals the goal.
+    match = (obs_tile == goal_tile) & (groups[keys.ACTION] == groups[keys.GOAL_ACTION])
+    assert torch.equal(groups[keys.REWARD].bool(), match)
+    assert pos[keys.REWARD].sum(-1).min() >= 1  # every relabelled run ends a segment on its last cut
+    # Negatives: one goal for the whole run.
+    assert (goal_tile[:, :, 1] == goal_tile[:, :, 1, :1]).all()
