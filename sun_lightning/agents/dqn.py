@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import torch
 from tensordict import TensorDict
@@ -13,6 +14,8 @@ from sun_lightning.envs.registry import GoalSpace
 from sun_lightning.losses.td_lambda import double_q_bootstrap, greedy_within, watkins_lambda_returns
 from sun_lightning.module import SVFModule
 from sun_lightning.networks.q_network import GoalQNetwork
+
+QFunction = Callable[..., torch.Tensor]
 
 
 class DQNSVF(SVFModule):
@@ -96,13 +99,22 @@ class DQNSVF(SVFModule):
         }
         return loss, stats
 
-    def td_targets(self, batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def td_targets(
+        self, batch: TensorDict, q_fn: QFunction | None = None, q_target_fn: QFunction | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Q(s_t, a_t, g_t) (with grad), its TD(λ) target and the trace-continuation mask, each ``[N, T]``.
 
         Batch rows ``[N, T]`` are runs of consecutive steps sharing the goal of
         their segment (SPEC §5a): reward 1 and terminal where (s_t, a_t) reaches
         the goal; episode ends cut traces.
+
+        Args:
+            batch: a relabelled batch (see ``SegmentedHindsightSampler``).
+            q_fn, q_target_fn: online and target networks ``(obs, goal, dropout) -> [rows, A, A]``;
+                this module's own by default (ensembles pass their members').
         """
+        q_fn = q_fn or self.q
+        q_target_fn = q_target_fn or self.q_target
         hp = self.hparams
         action, reward, goal_action = batch[keys.ACTION], batch[keys.REWARD], batch[keys.GOAL_ACTION]
         n, t = action.shape
@@ -116,9 +128,9 @@ class DQNSVF(SVFModule):
         goal = torch.cat([batch[keys.GOAL].flatten(0, 1), batch[keys.GOAL][extra]])
         goal_action_rows = torch.cat([goal_action.flatten(), goal_action[extra]])
         rows = torch.arange(obs.shape[0], device=obs.device)
-        q = self.q(obs, goal, dropout=True)[rows, :, goal_action_rows]  # [rows, A]
+        q = q_fn(obs, goal, dropout=True)[rows, :, goal_action_rows]  # [rows, A]
         with torch.no_grad():
-            q_target = self.q_target(obs, goal)[rows, :, goal_action_rows]
+            q_target = q_target_fn(obs, goal)[rows, :, goal_action_rows]
 
         q_seq = q[: n * t].view(n, t, num_actions)
         q_taken = q_seq.gather(-1, action.unsqueeze(-1)).squeeze(-1)
