@@ -19,6 +19,7 @@ from lightning.pytorch.loggers import MLFlowLogger
 from callbacks.exploration import ExplorationLogger
 from sun_lightning.data import ExplorationDataModule
 from sun_lightning.module import SVFModule
+from sun_lightning.runtime import tune_allocator
 
 MLFLOW_DIR = Path("mlruns")
 MLFLOW_URI = f"sqlite:///{MLFLOW_DIR}/mlflow.db"
@@ -67,6 +68,7 @@ class SUNCLI(LightningCLI):
 def main(args: list[str] | None = None, run: bool = True) -> SUNCLI:
     """Entry point of ``python -m sun_lightning``."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    tune_allocator()
     return SUNCLI(
         model_class=SVFModule,
         datamodule_class=ExplorationDataModule,

@@ -94,7 +94,7 @@ class ExplorationDataModule(pl.LightningDataModule):
     def setup(self, stage: str) -> None:
         if getattr(self, "collector", None) is not None:
             return
-        learner = self.trainer.lightning_module
+        learner = self._learner = self.trainer.lightning_module
         space = self.goal_space
         capacity = self.capacity or self.total_frames + self.num_envs
         capacity += -capacity % self.num_envs
@@ -132,6 +132,7 @@ class ExplorationDataModule(pl.LightningDataModule):
         for batch in self.collector:
             step = batch.reshape(-1)
             self.storage.extend(_transitions(step))
+            self._learner.observe(step[keys.OBS])
             self.window.update(step)
             self.frames += step.numel()
             for listener in self.frame_listeners:

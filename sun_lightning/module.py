@@ -31,6 +31,9 @@ class SVFModule(pl.LightningModule):
         self.automatic_optimization = False
         self.updates = 0  # learner updates, counted here: global_step counts optimizer steps
 
+    def observe(self, obs: torch.Tensor) -> None:
+        """Called with every collected vector step's observations (running statistics)."""
+
     def action_values(self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None) -> torch.Tensor:
         """Values of every action for acting, ``[B, |A|]`` (discrete learners)."""
         raise NotImplementedError

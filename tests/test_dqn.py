@@ -32,9 +32,14 @@ def test_maxout_is_max_of_four_linear_maps():
     torch.manual_seed(0)
     net = GoalQNetwork(5, 5, 2)
     x = torch.randn(9, 192)
-    w = net.maxout.linear.weight.view(64, 4, 192)  # unit-major layout
-    pieces = torch.stack([x @ w[:, i].T for i in range(4)])
+    w = net.maxout.linear.weight.view(4, 64, 192)  # piece-major layout
+    pieces = torch.stack([x @ w[i].T for i in range(4)])
     torch.testing.assert_close(net.maxout(x), pieces.amax(0))
+    # Gradient flows to the winning piece only.
+    x.requires_grad_(True)
+    net.maxout(x).sum().backward()
+    winners = torch.nn.functional.one_hot(pieces.argmax(0), 4).permute(2, 0, 1).float()  # [4, N, 64]
+    torch.testing.assert_close(x.grad, torch.einsum("pnu,pud->nd", winners, w))
 
 
 def test_dropout_only_when_asked_and_at_its_rate():

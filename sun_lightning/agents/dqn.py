@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import Literal
 
 import torch
 from tensordict import TensorDict
@@ -13,6 +14,7 @@ from sun_lightning import keys
 from sun_lightning.envs.registry import GoalSpace
 from sun_lightning.losses.td_lambda import double_q_bootstrap, greedy_within, watkins_lambda_returns
 from sun_lightning.module import SVFModule
+from sun_lightning.networks.encoders import RunningMeanStd, StandardizedRBF
 from sun_lightning.networks.q_network import GoalQNetwork
 
 QFunction = Callable[..., torch.Tensor]
@@ -40,6 +42,10 @@ class DQNSVF(SVFModule):
         maxout_pieces: pieces of the maxout layer.
         dropout: dropout of the state and goal branches.
         init_std: std of the N(0, std²) weight initialisation.
+        encoder: input encoder φ (SPEC §5c): ``identity`` (one-hot gridworlds),
+            ``rbf`` (running standardization + RBF layer) or ``auto`` (identity
+            where counts are exact, RBF otherwise).
+        rbf_centres: RBF tiles per input dimension.
     """
 
     def __init__(
@@ -57,6 +63,8 @@ class DQNSVF(SVFModule):
         maxout_pieces: int = 4,
         dropout: float = 0.1,
         init_std: float = 0.01,
+        encoder: Literal["auto", "identity", "rbf"] = "auto",
+        rbf_centres: int = 20,
     ) -> None:
         super().__init__(goal_space)
         if not goal_space.discrete:
@@ -64,10 +72,32 @@ class DQNSVF(SVFModule):
         if not 0.0 < gamma < 1.0 or not 0.0 <= lam <= 1.0:
             raise ValueError(f"need 0 < gamma < 1 and 0 <= lam <= 1, got gamma={gamma}, lam={lam}")
         self.save_hyperparameters(ignore=["goal_space"])
-        self.q = GoalQNetwork(goal_space.obs_dim, goal_space.goal_dim, goal_space.num_actions, width, maxout_pieces, dropout, init_std)
+        if encoder == "auto":
+            encoder = "identity" if goal_space.exact_counts else "rbf"
+        obs_encoder = goal_encoder = None
+        obs_width, goal_width = goal_space.obs_dim, goal_space.goal_dim
+        self.obs_stats = None
+        if encoder == "rbf":
+            self.obs_stats = RunningMeanStd(goal_space.obs_dim)
+            obs_encoder = StandardizedRBF(self.obs_stats, None, rbf_centres)
+            goal_encoder = StandardizedRBF(self.obs_stats, goal_space.goal_dims, rbf_centres)
+            obs_width, goal_width = obs_encoder.out_features, goal_encoder.out_features
+        elif encoder != "identity":
+            raise ValueError(f"unknown encoder {encoder!r}; use 'auto', 'identity' or 'rbf'")
+        self.q = GoalQNetwork(
+            obs_width, goal_width, goal_space.num_actions, width, maxout_pieces, dropout, init_std, obs_encoder, goal_encoder
+        )
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
+        if self.obs_stats is not None:
+            # One set of observation statistics, seen by both networks.
+            self.q_target.obs_encoder.stats = self.q_target.goal_encoder.stats = self.obs_stats
         self._stats: dict[str, torch.Tensor] = {}
         self._stat_updates = 0
+
+    def observe(self, obs: torch.Tensor) -> None:
+        """Update the running observation statistics with collected frames (SPEC §5c)."""
+        if self.obs_stats is not None:
+            self.obs_stats.update(obs.to(self.obs_stats.mean.device))
 
     # ---- values for data collection -------------------------------------------------
     @torch.no_grad()

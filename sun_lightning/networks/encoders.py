@@ -212,3 +212,34 @@ class RBFEncoder(nn.Module):
             f"in_features={self.in_features}, num_centres={self.num_centres}, "
             f"leak={self.leak}, min_bandwidth={self.min_bandwidth}"
         )
+
+
+class StandardizedRBF(nn.Module):
+    """Running standardization then the RBF layer: the continuous-input encoder φ of SPEC §5c.
+
+    The state and goal encoders share one :class:`RunningMeanStd` over the raw
+    observation; the goal encoder reads the statistics of the goal dimensions
+    (g_s is a projection of the state, so it is standardized like it).
+
+    Args:
+        stats: the shared running statistics of observations.
+        dims: observation indices this encoder's input corresponds to (``None``: all).
+        num_centres: RBF tiles per input dimension.
+    """
+
+    def __init__(self, stats: RunningMeanStd, dims: tuple[int, ...] | None = None, num_centres: int = 20) -> None:
+        super().__init__()
+        self.stats = stats
+        self.dims = None if dims is None else list(dims)
+        width = stats.mean.shape[0] if dims is None else len(dims)
+        self.rbf = RBFEncoder(width, num_centres)
+
+    @property
+    def out_features(self) -> int:
+        return self.rbf.out_features
+
+    def forward(self, x: Tensor) -> Tensor:
+        mean, std = self.stats.mean, self.stats.std
+        if self.dims is not None:
+            mean, std = mean[self.dims], std[self.dims]
+        return self.rbf(((x - mean) / std).to(x.dtype))
