@@ -106,6 +106,8 @@ class ExplorationDataModule(pl.LightningDataModule):
             pseudocount = RadiusPseudocount(space.goal_dim, space.rho, capacity, space.num_actions, self.sigma_every)
         self.storage = GoalReplayStorage(space, self.num_envs, capacity, pseudocount)
         seed = self.seed if self.seed is not None else torch.initial_seed() % 2**31
+        # Under DDP every rank explores with its own envs: distinct streams.
+        seed += self.trainer.global_rank
         vec = gymnasium.make_vec(self.env_id, num_envs=self.num_envs, vectorization_mode="vector_entry_point")
         base = GymWrapper(vec, categorical_action_encoding=True)
         base.set_seed(seed)
