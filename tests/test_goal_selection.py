@@ -95,3 +95,27 @@ def test_reselects_exactly_on_reach_or_value_drop(num_envs, monkeypatch):
     assert nxt[keys.GOAL_REACHED].tolist() == expected
     assert nxt[keys.GOAL_STEPS].tolist() == [1] + [0] * (num_envs - 1)
     assert nxt[keys.GOAL_RESELECTED][0]
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_per_step_switches_only_to_a_strictly_better_candidate(num_envs, monkeypatch):
+    from sun_lightning.goals import SUNPerStep
+
+    # tile 40 twice (n = 2), tile 41 twice (n = 2)
+    storage = filled_storage([40, 40, 41, 41], [1, 1, 1, 1], num_envs=2)
+    all_candidates(storage, monkeypatch)
+    learner = TableLearner(NUM_TILES)
+    learner.table[:, 40], learner.table[:, 41] = 0.6, 0.2
+    env, transform = goal_env(SUNPerStep(num_candidates=4), storage, learner, num_envs)
+    td = env.reset()
+    assert (td[keys.GOAL].argmax(-1) == 40).all()
+    td[keys.ACTION] = torch.zeros(num_envs, dtype=torch.long)
+    # A tie (same score) keeps the current goal.
+    learner.table[:, 41] = 0.6
+    td = env.step(td)
+    assert not td["next", keys.GOAL_SELECTED].any() and (td["next", keys.GOAL].argmax(-1) == 40).all()
+    # A strictly better candidate takes over at once.
+    learner.table[:, 41] = 0.7
+    td = env.step(td)
+    assert td["next", keys.GOAL_RESELECTED].all() and (td["next", keys.GOAL].argmax(-1) == 41).all()
+    assert transform.value_at_selection.tolist() == pytest.approx([0.7] * num_envs)

@@ -2,6 +2,6 @@
 
 from sun_lightning.goals.base import GoalSelector
 from sun_lightning.goals.random import RandomActions
-from sun_lightning.goals.sun import SUNAdaptive
+from sun_lightning.goals.sun import SUNAdaptive, SUNPerStep
 
-__all__ = ["GoalSelector", "RandomActions", "SUNAdaptive"]
+__all__ = ["GoalSelector", "RandomActions", "SUNAdaptive", "SUNPerStep"]

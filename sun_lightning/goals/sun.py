@@ -24,3 +24,17 @@ class SUNAdaptive(GoalSelector):
         self, reached: torch.Tensor, value_now: torch.Tensor, value_at_selection: torch.Tensor
     ) -> torch.Tensor:
         return reached | (value_now < value_at_selection)
+
+
+class SUNPerStep(GoalSelector):
+    """SUN with per-step selection (paper §3.2, SPEC §3).
+
+    A fresh candidate batch every step; the agent switches when a candidate
+    scores strictly higher than its current goal, V(s_t, g_t) / n_{g_t} with
+    the goal's current count.
+    """
+
+    per_step = True
+
+    def score(self, values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        return values / counts

@@ -52,6 +52,7 @@ class GoalSelectionTransform(Transform):
         b, g = num_envs, self.space.goal_dim
         self.goal = torch.zeros(b, g)
         self.goal_action = torch.zeros(b, dtype=torch.long)
+        self.goal_index = torch.zeros(b, dtype=torch.long)  # storage entry the goal came from
         self.value_at_selection = torch.zeros(b)
         self.goal_steps = torch.zeros(b, dtype=torch.long)
         self.has_goal = torch.zeros(b, dtype=torch.bool)
@@ -100,6 +101,8 @@ class GoalSelectionTransform(Transform):
         if self.selector.episodic:
             random_phase |= reached
             drop = reached
+        elif self.selector.per_step:
+            drop = reached
         else:
             value_now = self._current_values(next_tensordict[keys.OBS]) if self.selector.adaptive else None
             drop = had_goal & self.selector.should_reselect(reached, value_now, self.value_at_selection)
@@ -107,16 +110,23 @@ class GoalSelectionTransform(Transform):
         # Reported once, on the step that reached the goal.
         steps_to_goal = torch.where(reached, self.goal_steps, 0)
         done = next_tensordict[keys.DONE].reshape(-1)
-        select = ~self.has_goal & ~done & ~random_phase
-        self._select(next_tensordict[keys.OBS], select)
-        self.flags[keys.GOAL_RESELECTED] = select.clone()
+        if self.selector.per_step:
+            # Every env scores a fresh batch against its current goal (SUN per-step).
+            self._select(next_tensordict[keys.OBS], ~done & ~random_phase, incumbent=self.has_goal.clone())
+        else:
+            self._select(next_tensordict[keys.OBS], ~self.has_goal & ~done & ~random_phase)
+        self.flags[keys.GOAL_RESELECTED] = self.flags[keys.GOAL_SELECTED].clone()
         out = self._write(next_tensordict)
         out[keys.GOAL_STEPS] = steps_to_goal
         return out
 
     # ---- selection ------------------------------------------------------------------------
-    def _select(self, obs: torch.Tensor, mask: torch.Tensor) -> None:
-        """Draw a candidate batch per masked env and keep the best-scoring goal (SelectGoal of Algorithm 1)."""
+    def _select(self, obs: torch.Tensor, mask: torch.Tensor, incumbent: torch.Tensor | None = None) -> None:
+        """Draw a candidate batch per masked env and keep the best-scoring goal (SelectGoal of Algorithm 1).
+
+        With ``incumbent``, those envs' current goals compete with the batch
+        and are kept unless a candidate scores strictly higher.
+        """
         envs = mask.nonzero().squeeze(-1)
         if envs.numel() == 0:
             return
@@ -125,11 +135,27 @@ class GoalSelectionTransform(Transform):
         cand = self.storage.get(index)
         goals = self.space.project(cand[keys.OBS])
         goal_actions = cand[keys.ACTION] if self.space.discrete else None
+        counts = self.storage.counts(index)
+        if incumbent is not None:
+            index = torch.cat([index, self.goal_index[envs, None]], 1)
+            goals = torch.cat([goals, self.goal[envs, None]], 1)
+            if goal_actions is not None:
+                goal_actions = torch.cat([goal_actions, self.goal_action[envs, None]], 1)
+            counts = torch.cat([counts, self.storage.counts(self.goal_index[envs, None])], 1)
         values = self._values(obs[envs], goals, goal_actions)
-        scores = self.selector.score(values, self.storage.counts(index))
-        best = scores.argmax(-1)
-        rows = torch.arange(envs.numel())
+        scores = self.selector.score(values, counts)
+        if incumbent is not None:
+            scores[:, -1] = torch.where(incumbent[envs], scores[:, -1], -torch.inf)
+            # Ties keep the incumbent: switch only to a strictly better goal.
+            best = torch.where(scores[:, :-1].amax(-1) > scores[:, -1], scores[:, :-1].argmax(-1), k)
+            changed = best < k
+            envs, best = envs[changed], best[changed]
+            rows = changed.nonzero().squeeze(-1)
+        else:
+            best = scores.argmax(-1)
+            rows = torch.arange(envs.numel())
         self.goal[envs] = goals[rows, best]
+        self.goal_index[envs] = index[rows, best]
         if goal_actions is not None:
             self.goal_action[envs] = goal_actions[rows, best]
         chosen = values[..., rows, best]
