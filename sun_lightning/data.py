@@ -149,9 +149,16 @@ class ExplorationDataModule(pl.LightningDataModule):
                     scale = self._scale()
                     while credit >= 1.0:
                         credit -= 1.0
-                        yield self.sampler.sample(self.storage, scale)
+                        yield self._learning_batch(scale)
             if self.frames >= self.total_frames:
                 return
+
+    def _learning_batch(self, scale: torch.Tensor | None) -> TensorDict:
+        """One update's batch; ensembles get one independent batch per member, stacked ``[E, N, T]``."""
+        members = getattr(self._learner, "batches_per_update", 1)
+        if members == 1:
+            return self.sampler.sample(self.storage, scale)
+        return torch.stack([self.sampler.sample(self.storage, scale) for _ in range(members)])
 
     def _scale(self) -> torch.Tensor | None:
         scale = getattr(self.storage.pseudocount, "scale", None)
