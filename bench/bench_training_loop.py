@@ -22,10 +22,11 @@ from sun_lightning.cli import main
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "aten::_addmm_activation")
 
 
-def build(frames: int, warmup: int, env: str, num_envs: int):
+def build(frames: int, warmup: int, env: str, num_envs: int, config: str = "conf/three_room.yaml", extra: tuple[str, ...] = ()):
+    """A LightningCLI (not yet fitted) of ``warmup + frames`` frames without logging or checkpoints."""
     args = [
-        "--config", "conf/three_room.yaml",
-        "--data.env_id", env,
+        "--config", config,
+        *(("--data.env_id", env) if env else ()),
         "--data.total_frames", str(warmup + frames),
         "--data.warmup_frames", str(warmup),
         "--data.num_envs", str(num_envs),
@@ -34,6 +35,7 @@ def build(frames: int, warmup: int, env: str, num_envs: int):
         "--trainer.logger", "false",
         "--trainer.enable_checkpointing", "false",
         "--trainer.enable_model_summary", "false",
+        *extra,
     ]
     return main(args, run=False)
 

@@ -32,5 +32,11 @@ GOAL_STEPS = "goal_steps"            # steps spent on the current goal so far
 RANDOM_PHASE = "random_phase"        # acting uniformly at random (episodic rules)
 SELECTION_VALUE = "selection_value"  # V(s_sel, g) at selection time
 
-# Learning batches (SPEC §5a): rows laid out as [groups, T].
-TARGET = "target"
+# Learning batches (SPEC §5a): the distinct states and goals of a batch are
+# stored once, as tables, and the [groups, T] rows index into them, so the
+# network's state and goal branches run once per distinct input.
+STATES = "states"                    # [U_s, obs_dim]
+GOALS = "goals"                      # [U_g, goal_dim]
+STATE_INDEX = "state_index"          # [N, T] row -> s_t in STATES
+NEXT_STATE_INDEX = "next_state_index"  # [N, T] row -> s_{t+1} (as stored) in STATES
+GOAL_INDEX = "goal_index"            # [N, T] row -> g_t in GOALS

@@ -74,31 +74,40 @@ def consistent_batch(n: int, t: int, seed: int) -> TensorDict:
             if reward[i, k - 1] == 0:  # the goal changes only after a terminal step
                 goal_tiles[i, k], goal_action[i, k] = goal_tiles[i, k - 1], goal_action[i, k - 1]
     eye = torch.eye(SPACE.obs_dim)
+    rows = torch.arange(n * t).view(n, t)
     return TensorDict(
         {
-            keys.OBS: eye[obs_tiles],
-            keys.NEXT_OBS: eye[next_tiles],
+            # Tables without de-duplication: row (i, k) owns entry i * t + k.
+            keys.STATES: torch.cat([eye[obs_tiles].flatten(0, 1), eye[next_tiles].flatten(0, 1)]),
+            keys.GOALS: eye[goal_tiles].flatten(0, 1),
+            keys.STATE_INDEX: rows,
+            keys.NEXT_STATE_INDEX: rows + n * t,
+            keys.GOAL_INDEX: rows,
             keys.ACTION: torch.randint(0, 4, (n, t), generator=g),
-            keys.GOAL: eye[goal_tiles],
             keys.GOAL_ACTION: goal_action,
             keys.REWARD: reward,
             keys.TERMINATED: torch.rand(n, t, generator=g) < 0.05,
             keys.EPISODE_END: end,
         },
-        batch_size=[n, t],
+        batch_size=[],
     )
+
+
+def rows_of(batch: TensorDict, key: str, index_key: str) -> torch.Tensor:
+    return batch[key][batch[index_key]]
 
 
 def reference_targets(module: DQNSVF, batch: TensorDict) -> torch.Tensor:
     """Watkins Q(λ) targets, one row and one step at a time, next states from next_obs."""
     gamma, lam = module.hparams.gamma, module.hparams.lam
-    n, t = batch.batch_size
+    n, t = batch[keys.ACTION].shape
+    next_obs, goals = rows_of(batch, keys.STATES, keys.NEXT_STATE_INDEX), rows_of(batch, keys.GOALS, keys.GOAL_INDEX)
     out = torch.zeros(n, t)
     with torch.no_grad():
         for i in range(n):
             ret = 0.0
             for k in reversed(range(t)):
-                s_next, g, ga = batch[keys.NEXT_OBS][i, k], batch[keys.GOAL][i, k], int(batch[keys.GOAL_ACTION][i, k])
+                s_next, g, ga = next_obs[i, k], goals[i, k], int(batch[keys.GOAL_ACTION][i, k])
                 q_on = module.q(s_next[None], g[None])[0, :, ga]
                 q_tg = module.q_target(s_next[None], g[None])[0, :, ga]
                 boot = min(float(q_tg[int(q_on.argmax())]), 1.0)
@@ -123,7 +132,7 @@ def test_td_targets_match_a_plain_loop(seed):
     batch = consistent_batch(6, 9, seed)
     q_taken, target, _ = module.td_targets(batch)
     torch.testing.assert_close(target, reference_targets(module, batch), atol=1e-5, rtol=1e-5)
-    q_ref = module.q(batch[keys.OBS], batch[keys.GOAL])
+    q_ref = module.q(rows_of(batch, keys.STATES, keys.STATE_INDEX), rows_of(batch, keys.GOALS, keys.GOAL_INDEX))
     q_ref = q_ref.gather(-1, batch[keys.GOAL_ACTION][..., None, None].expand(-1, -1, 4, 1)).squeeze(-1)
     torch.testing.assert_close(q_taken, q_ref.gather(-1, batch[keys.ACTION].unsqueeze(-1)).squeeze(-1))
 
@@ -158,3 +167,20 @@ def test_rejects_continuous_actions_and_bad_discount():
         DQNSVF(SPACE, gamma=1.5)
     with pytest.raises(ValueError, match="goal_space"):
         DQNSVF(None)
+
+
+def test_table_forward_equals_row_forward():
+    torch.manual_seed(0)
+    net = GoalQNetwork(6, 5, 3)
+    states, goals = torch.randn(10, 6), torch.randn(4, 5)
+    i, j = torch.randint(10, (30,)), torch.randint(4, (30,))
+    torch.testing.assert_close(net(states, goals, obs_index=i, goal_index=j), net(states[i], goals[j]))
+
+
+def test_forward_is_the_concatenation_architecture():
+    torch.manual_seed(0)
+    net = GoalQNetwork(6, 5, 3, init_std=0.3)
+    obs, goal = torch.randn(8, 6), torch.randn(8, 5)
+    f_s, f_g = net.state_branch(obs, False), net.goal_branch(goal, False)
+    h = net.maxout(torch.cat([f_s, f_g, f_s * f_g], -1))
+    torch.testing.assert_close(net(obs, goal), net.head(h).view(8, 3, 3))

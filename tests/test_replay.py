@@ -56,23 +56,29 @@ def test_segmented_batch_layout_rewards_and_goals():
     storage = filled_storage(tiles, actions, num_envs=num_envs, capacity=1000)
     sampler = SegmentedHindsightSampler()
     batch = sampler.sample(storage, generator=g)
-    assert batch.batch_size == (128, 16) and sampler.rows == 2048
-    groups = batch.view(16, 4, 2, 16)
-    obs_tile = groups[keys.OBS].argmax(-1)
-    goal_tile = groups[keys.GOAL].argmax(-1)
-    # Every relabelled copy carries the same run.
-    assert (obs_tile == obs_tile[:, :1, :1]).all()
-    pos, neg = groups[:, :, 0], groups[:, :, 1]
-    # Positives: each goal is the (tile, action) of a step at or after t, and that step is rewarded.
+    assert batch[keys.ACTION].shape == (128, 16) and sampler.rows == 2048
+    assert batch[keys.STATES].shape == (2 * 256, 72) and batch[keys.GOALS].shape == (256 + 64, 72)
+
+    def rows(key, index_key):
+        return batch[key][batch[index_key]].view(16, 4, 2, 16, -1)
+
+    obs_tile = rows(keys.STATES, keys.STATE_INDEX).argmax(-1)
+    goal_tile = rows(keys.GOALS, keys.GOAL_INDEX).argmax(-1)
+    action = batch[keys.ACTION].view(16, 4, 2, 16)
+    goal_action = batch[keys.GOAL_ACTION].view(16, 4, 2, 16)
+    # Every relabelled copy carries the same run; next states are the stored ones.
+    assert (obs_tile == obs_tile[:, :1, :1]).all() and (action == action[:, :1, :1]).all()
+    assert torch.equal(batch[keys.NEXT_STATE_INDEX], batch[keys.STATE_INDEX] + 256)
+    # Positives: each goal is the (tile, action) of a step at or after t.
     for s in range(16):
+        run_tiles, run_actions = obs_tile[s, 0, 0], action[s, 0, 0]
         for r in range(4):
-            run_tiles, run_actions = obs_tile[s, r, 0], pos[keys.ACTION][s, r]
             for t in range(16):
                 future = [(int(run_tiles[k]), int(run_actions[k])) for k in range(t, 16)]
-                assert (int(goal_tile[s, r, 0, t]), int(pos[keys.GOAL_ACTION][s, r, t])) in future
+                assert (int(goal_tile[s, r, 0, t]), int(goal_action[s, r, 0, t])) in future
     # Reward is 1 exactly where (s_t, a_t) equals the goal.
-    match = (obs_tile == goal_tile) & (groups[keys.ACTION] == groups[keys.GOAL_ACTION])
-    assert torch.equal(groups[keys.REWARD].bool(), match)
-    assert pos[keys.REWARD].sum(-1).min() >= 1  # every relabelled run ends a segment on its last cut
+    match = (obs_tile == goal_tile) & (action == goal_action)
+    assert torch.equal(batch[keys.REWARD].view(16, 4, 2, 16).bool(), match)
+    assert batch[keys.REWARD].view(16, 4, 2, 16)[:, :, 0].sum(-1).min() >= 1  # every run ends a segment on a cut
     # Negatives: one goal for the whole run.
     assert (goal_tile[:, :, 1] == goal_tile[:, :, 1, :1]).all()

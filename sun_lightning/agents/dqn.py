@@ -108,9 +108,15 @@ class DQNSVF(SVFModule):
     @torch.no_grad()
     def goal_values(self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None) -> torch.Tensor:
         b, k = goal.shape[:2]
-        q = self.q(obs.unsqueeze(1).expand(b, k, obs.shape[-1]), goal)  # [B, K, A, A]
+        # Each state's branch runs once for its K candidates.
+        state_index = torch.arange(b, device=obs.device).repeat_interleave(k)
+        q = self.q(obs, goal.flatten(0, 1), obs_index=state_index).view(b, k, *self.q_shape)  # [B, K, A, A]
         index = goal_action.long()[..., None, None].expand(b, k, q.shape[-2], 1)
         return q.gather(-1, index).squeeze(-1).amax(-1)
+
+    @property
+    def q_shape(self) -> tuple[int, int]:
+        return (self.goal_space.num_actions, self.goal_space.num_actions)
 
     # ---- learning ---------------------------------------------------------------------
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -134,13 +140,14 @@ class DQNSVF(SVFModule):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Q(s_t, a_t, g_t) (with grad), its TD(λ) target and the trace-continuation mask, each ``[N, T]``.
 
-        Batch rows ``[N, T]`` are runs of consecutive steps sharing the goal of
+        Batch rows ``[N, T]`` (see ``SegmentedHindsightSampler.sample``) are runs of consecutive steps sharing the goal of
         their segment (SPEC §5a): reward 1 and terminal where (s_t, a_t) reaches
         the goal; episode ends cut traces.
 
         Args:
             batch: a relabelled batch (see ``SegmentedHindsightSampler``).
-            q_fn, q_target_fn: online and target networks ``(obs, goal, dropout) -> [rows, A, A]``;
+            q_fn, q_target_fn: online and target networks with the signature of
+                ``GoalQNetwork.forward`` (tables and row indices) returning ``[rows, A, A]``;
                 this module's own by default (ensembles pass their members').
         """
         q_fn = q_fn or self.q
@@ -154,13 +161,14 @@ class DQNSVF(SVFModule):
         # the last step: those next states get rows of their own.
         extra = batch[keys.EPISODE_END].clone()
         extra[:, -1] = True
-        obs = torch.cat([batch[keys.OBS].flatten(0, 1), batch[keys.NEXT_OBS][extra]])
-        goal = torch.cat([batch[keys.GOAL].flatten(0, 1), batch[keys.GOAL][extra]])
+        state_index = torch.cat([batch[keys.STATE_INDEX].flatten(), batch[keys.NEXT_STATE_INDEX][extra]])
+        goal_index = torch.cat([batch[keys.GOAL_INDEX].flatten(), batch[keys.GOAL_INDEX][extra]])
         goal_action_rows = torch.cat([goal_action.flatten(), goal_action[extra]])
-        rows = torch.arange(obs.shape[0], device=obs.device)
-        q = q_fn(obs, goal, dropout=True)[rows, :, goal_action_rows]  # [rows, A]
+        states, goals = batch[keys.STATES], batch[keys.GOALS]
+        column = goal_action_rows.view(-1, 1, 1).expand(-1, num_actions, 1)  # Q(·, ·, g_s, g_a) of each row
+        q = q_fn(states, goals, dropout=True, obs_index=state_index, goal_index=goal_index).gather(-1, column).squeeze(-1)
         with torch.no_grad():
-            q_target = q_target_fn(obs, goal)[rows, :, goal_action_rows]
+            q_target = q_target_fn(states, goals, obs_index=state_index, goal_index=goal_index).gather(-1, column).squeeze(-1)
 
         q_seq = q[: n * t].view(n, t, num_actions)
         q_taken = q_seq.gather(-1, action.unsqueeze(-1)).squeeze(-1)

@@ -79,8 +79,10 @@ class EnsembleDQNSVF(DQNSVF):
         obs: torch.Tensor,
         goal: torch.Tensor,
         dropout: bool = False,
-        params: dict[str, torch.Tensor] | None = None,
+        params: dict | None = None,
         shared_inputs: bool = False,
+        obs_index: torch.Tensor | None = None,
+        goal_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Q of every member, ``[E, ..., |A|, |A|]``, in one vmapped forward.
 
@@ -91,15 +93,23 @@ class EnsembleDQNSVF(DQNSVF):
             dropout: apply the branches' dropout (learning updates only).
             params: stacked parameters to use instead of ``net``'s own (e.g.
                 target members in a drawn order).
+            obs_index, goal_index: per-member rows ``[E, L]`` into per-member
+                tables ``obs [E, U_s, D]``, ``goal [E, U_g, G]`` (see ``GoalQNetwork.forward``).
         """
         params = dict(net.named_parameters()) if params is None else params
-
-        def member(p: dict, o: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-            return functional_call(net, p, (o, g), {"dropout": dropout})
-
         in_dim = None if shared_inputs else 0
         # "different": every member draws its own dropout mask.
-        return torch.vmap(member, in_dims=(0, in_dim, in_dim), randomness="different")(params, obs, goal)
+        if obs_index is None:
+
+            def member(p: dict, o: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+                return functional_call(net, p, (o, g), {"dropout": dropout})
+
+            return torch.vmap(member, in_dims=(0, in_dim, in_dim), randomness="different")(params, obs, goal)
+
+        def member_rows(p: dict, o: torch.Tensor, g: torch.Tensor, oi: torch.Tensor, gi: torch.Tensor) -> torch.Tensor:
+            return functional_call(net, p, (o, g), {"dropout": dropout, "obs_index": oi, "goal_index": gi})
+
+        return torch.vmap(member_rows, in_dims=(0, in_dim, in_dim, 0, 0), randomness="different")(params, obs, goal, obs_index, goal_index)
 
     # ---- values for data collection -------------------------------------------------
     @torch.no_grad()
@@ -117,37 +127,32 @@ class EnsembleDQNSVF(DQNSVF):
 
     # ---- learning ---------------------------------------------------------------------
     def td_targets(
-        self,
-        batch: TensorDict,
-        q_fn: QFunction | None = None,
-        q_target_fn: QFunction | None = None,
-        target_index: torch.Tensor | None = None,
+        self, batch: TensorDict, q_fn=None, q_target_fn=None, target_index: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per-member Q(s_t, a_t, g_t), TD(λ) target and trace mask, each ``[E, N, T]``, for a batch ``[E, N, T]``.
+        """Per-member Q(s_t, a_t, g_t), TD(λ) target and trace mask, each ``[E, N, T]``, for batches stacked ``[E]``.
 
         Member e's rows use its online network and target network
         ``target_index[e]`` (drawn uniformly per member when None). The
-        computation is :meth:`DQNSVF.td_targets` on the flattened ``[E·N, T]``
-        batch with networks that route every row to its member. With explicit
+        computation is :meth:`DQNSVF.td_targets` on the members' batches merged
+        into one (tables concatenated, indices offset), with networks that send
+        every row to the member owning its table entries. With explicit
         ``q_fn``/``q_target_fn`` this is the plain single-critic method.
         """
         if q_fn is not None or q_target_fn is not None:
             return super().td_targets(batch, q_fn, q_target_fn)
         e = self.ensemble_size
-        if batch.batch_dims != 3 or batch.batch_size[0] != e:
-            raise ValueError(
-                f"EnsembleDQNSVF needs one batch per member stacked as [{e}, N, T], got {tuple(batch.batch_size)}"
-            )
+        if batch.batch_dims != 1 or batch.batch_size[0] != e:
+            raise ValueError(f"EnsembleDQNSVF needs one batch per member stacked as [{e}], got {tuple(batch.batch_size)}")
         if target_index is None:
             target_index = self.draw_target_index(batch[keys.ACTION].device)
-        rows, length = _member_rows(batch)
+        sizes = batch[keys.STATES].shape[1], batch[keys.GOALS].shape[1]
         online = dict(self.q.named_parameters())
         target = {name: p[target_index] for name, p in self.q_target.named_parameters()}
-        route = partial(self._routed_forward, rows=rows, length=length)
+        route = partial(self._routed_forward, sizes=sizes)
         out = super().td_targets(
-            batch.flatten(0, 1), q_fn=partial(route, self.q, online), q_target_fn=partial(route, self.q_target, target)
+            _merge_members(batch), q_fn=partial(route, self.q, online), q_target_fn=partial(route, self.q_target, target)
         )
-        return tuple(x.view(*batch.batch_size) for x in out)
+        return tuple(x.view(e, -1, x.shape[-1]) for x in out)
 
     def draw_target_index(self, device: torch.device | None = None) -> torch.Tensor:
         """The target network each member bootstraps from in this update, ``[E]``, uniform and independent."""
@@ -156,24 +161,34 @@ class EnsembleDQNSVF(DQNSVF):
     def _routed_forward(
         self,
         net: nn.Module,
-        params: dict[str, torch.Tensor],
+        params: dict,
         obs: torch.Tensor,
         goal: torch.Tensor,
         dropout: bool = False,
+        obs_index: torch.Tensor | None = None,
+        goal_index: torch.Tensor | None = None,
         *,
-        rows: torch.Tensor,
-        length: int,
+        sizes: tuple[int, int],
     ) -> torch.Tensor:
-        """Evaluates row r of ``obs``/``goal`` with the member owning it (see :func:`_member_rows`), ``[R, |A|, |A|]``."""
-        if obs.shape[0] != rows.numel():
-            raise RuntimeError("DQNSVF.td_targets changed its row layout; update _member_rows")
-        e = self.ensemble_size
-        # Pad every member to the same number of rows so that one vmapped forward serves all.
-        padded_obs = obs.new_zeros(e * length, obs.shape[-1])
-        padded_goal = goal.new_zeros(e * length, goal.shape[-1])
-        padded_obs[rows], padded_goal[rows] = obs, goal
-        q = self.members_forward(net, padded_obs.view(e, length, -1), padded_goal.view(e, length, -1), dropout, params)
-        return q.flatten(0, 1)[rows]
+        """Evaluates each row with the member owning its table entries, ``[R, |A|, |A|]``, in one vmapped forward."""
+        e, (us, ug) = self.ensemble_size, sizes
+        member = torch.div(obs_index, us, rounding_mode="floor")
+        counts = torch.bincount(member, minlength=e)
+        length = int(counts.max())
+        order = torch.argsort(member, stable=True)
+        owner = member[order]
+        # Rows grouped by member, padded to one length so that one vmap serves all.
+        slot = owner * length + torch.arange(order.numel(), device=order.device) - (counts.cumsum(0) - counts)[owner]
+        padded_obs = obs_index.new_zeros(e * length)
+        padded_goal = goal_index.new_zeros(e * length)
+        padded_obs[slot], padded_goal[slot] = obs_index[order] - owner * us, goal_index[order] - owner * ug
+        q = self.members_forward(
+            net, obs.view(e, us, -1), goal.view(e, ug, -1), dropout, params,
+            obs_index=padded_obs.view(e, length), goal_index=padded_goal.view(e, length),
+        )
+        out = q.new_empty(obs_index.numel(), *q.shape[2:])
+        out[order] = q.flatten(0, 1)[slot]
+        return out
 
     def loss(self, batch: TensorDict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Σ_e of member e's mean Huber loss on its own batch; statistics are member averages."""
@@ -218,22 +233,16 @@ def _at_goal_action(q: torch.Tensor, goal_action: torch.Tensor) -> torch.Tensor:
     return q.gather(-1, index).squeeze(-1)
 
 
-def _member_rows(batch: TensorDict) -> tuple[torch.Tensor, int]:
-    """Where each input row of ``DQNSVF.td_targets`` on ``batch.flatten(0, 1)`` sits in a padded ``[E, L]`` layout.
-
-    ``td_targets`` evaluates the E·N·T steps in order (member-major after
-    flattening), then one extra next-state row per episode end and per run's
-    last step, in row-major mask order, so also grouped by member. Returns the
-    flat position ``e · L + j`` of every row and the padded length L.
-    """
-    e, n, t = batch.batch_size
-    extra = batch[keys.EPISODE_END].clone()
-    extra[..., -1] = True  # mirrors td_targets: these steps get next-state rows of their own
-    per_member = extra.flatten(1).sum(1)
-    length = n * t + int(per_member.max())
-    device = per_member.device
-    member = torch.arange(e, device=device)
-    main = (member[:, None] * length + torch.arange(n * t, device=device)).flatten()
-    owner = member.repeat_interleave(per_member)
-    rank = torch.arange(owner.numel(), device=device) - (per_member.cumsum(0) - per_member)[owner]
-    return torch.cat([main, owner * length + n * t + rank]), length
+def _merge_members(batch: TensorDict) -> TensorDict:
+    """One batch from E member batches stacked ``[E]``: tables concatenated, indices offset into them."""
+    e, us, ug = batch.batch_size[0], batch[keys.STATES].shape[1], batch[keys.GOALS].shape[1]
+    member = torch.arange(e, device=batch[keys.ACTION].device).view(e, 1, 1)
+    merged = batch.exclude(keys.STATES, keys.GOALS, keys.STATE_INDEX, keys.NEXT_STATE_INDEX, keys.GOAL_INDEX).apply(
+        lambda x: x.flatten(0, 1), batch_size=[]
+    )
+    merged[keys.STATES] = batch[keys.STATES].flatten(0, 1)
+    merged[keys.GOALS] = batch[keys.GOALS].flatten(0, 1)
+    merged[keys.STATE_INDEX] = (batch[keys.STATE_INDEX] + member * us).flatten(0, 1)
+    merged[keys.NEXT_STATE_INDEX] = (batch[keys.NEXT_STATE_INDEX] + member * us).flatten(0, 1)
+    merged[keys.GOAL_INDEX] = (batch[keys.GOAL_INDEX] + member * ug).flatten(0, 1)
+    return merged

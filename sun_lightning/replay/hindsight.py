@@ -4,6 +4,11 @@ One batch: ``num_sequences`` runs of ``length`` consecutive steps; each run is
 relabelled ``relabels`` times with the segmented future strategy (all
 positives) and, per relabelling, paired once with a goal drawn uniformly from
 D (negatives): 16 × 16 × 4 × 2 = 2048 rows with the paper's sizes.
+
+The 2048 rows hold only 2 × 256 distinct states and 256 + 64 distinct goals,
+so the batch carries those once, as tables, and the rows carry indices into
+them (keys ``STATES``, ``GOALS``, ``*_INDEX``): the network's branches then
+run on the tables, not on eight copies of every state.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from sun_lightning.replay.storage import GoalReplayStorage
 
 
 class SegmentedHindsightSampler:
-    """Draws relabelled learning batches ``[groups, length]`` from a :class:`GoalReplayStorage`.
+    """Draws relabelled learning batches from a :class:`GoalReplayStorage`.
 
     Args:
         num_sequences: runs sampled per batch (16).
@@ -34,11 +39,23 @@ class SegmentedHindsightSampler:
         self.num_sequences, self.length, self.relabels, self.negatives = num_sequences, length, relabels, negatives
 
     @property
+    def copies(self) -> int:
+        """Relabelled copies of each run (positives, then negatives)."""
+        return self.relabels * (2 if self.negatives else 1)
+
+    @property
     def rows(self) -> int:
-        return self.num_sequences * self.length * self.relabels * (2 if self.negatives else 1)
+        return self.num_sequences * self.length * self.copies
 
     def sample(self, storage: GoalReplayStorage, scale: torch.Tensor | None = None, generator: torch.Generator | None = None) -> TensorDict:
-        """A relabelled batch with keys OBS, NEXT_OBS, ACTION, GOAL, GOAL_ACTION, REWARD, TERMINATED, EPISODE_END.
+        """A relabelled batch.
+
+        Row keys ``[N, T]`` (N = num_sequences × copies, ordered run-major, then
+        relabelling, then positive/negative): ACTION, GOAL_ACTION, REWARD,
+        TERMINATED, EPISODE_END, STATE_INDEX, NEXT_STATE_INDEX, GOAL_INDEX.
+        Tables: STATES ``[2·S·T, obs_dim]`` (the runs' states, then their
+        stored next states) and GOALS ``[S·T + S·R, goal_dim]`` (the runs'
+        achieved goals, then the negatives).
 
         Args:
             storage: the replay storage.
@@ -47,38 +64,43 @@ class SegmentedHindsightSampler:
         """
         space, s, t, r = storage.space, self.num_sequences, self.length, self.relabels
         seq = storage.get(storage.sequence_index(s, t, generator))
-        achieved = space.project(seq[keys.OBS])
-        action = seq[keys.ACTION]
-        end = seq[keys.EPISODE_END]
+        obs, action, end = seq[keys.OBS], seq[keys.ACTION], seq[keys.EPISODE_END]
+        achieved = space.project(obs)
+        device = action.device
+        step = torch.arange(s * t, device=device).view(s, 1, t)  # position of (run, step) in the tables
 
         cut = sample_segment_goal_index(end.repeat_interleave(r, 0), generator).view(s, r, t)
-        goal = torch.gather(achieved.unsqueeze(1).expand(s, r, t, -1), 2, cut.unsqueeze(-1).expand(-1, -1, -1, achieved.shape[-1]))
+        goal_index = step[:, :, :1] + cut  # the achieved goal of the cut step, in the goal table
         goal_action = torch.gather(action.unsqueeze(1).expand(s, r, t), 2, cut)
-        copies = r
+        goals = achieved.flatten(0, 1)
         if self.negatives:
             neg = storage.get(storage.sample_index((s, r), generator))
-            goal = torch.stack([goal, space.project(neg[keys.OBS]).unsqueeze(2).expand(-1, -1, t, -1)], 2)
-            goal_action = torch.stack([goal_action, neg[keys.ACTION].unsqueeze(2).expand(-1, -1, t)], 2)
-            copies = 2 * r
+            neg_index = s * t + torch.arange(s * r, device=device).view(s, r, 1).expand(s, r, t)
+            goal_index = torch.stack([goal_index, neg_index], 2)
+            goal_action = torch.stack([goal_action, neg[keys.ACTION].unsqueeze(2).expand(s, r, t)], 2)
+            goals = torch.cat([goals, space.project(neg[keys.OBS]).flatten(0, 1)])
+        c = self.copies
+        goal_index, goal_action = goal_index.reshape(s * c, t), goal_action.reshape(s * c, t)
 
-        def tile(x: torch.Tensor) -> torch.Tensor:
-            # [s, t, ...] -> [s * copies, t, ...]: one copy per relabelled goal sequence.
-            return x.unsqueeze(1).expand(s, copies, *x.shape[1:]).reshape(s * copies, *x.shape[1:])
+        def rows(x: torch.Tensor) -> torch.Tensor:
+            # [s, t] -> [s * copies, t]: one row per relabelled copy of each run.
+            return x.unsqueeze(1).expand(s, c, t).reshape(s * c, t)
 
-        goal = goal.reshape(s * copies, t, -1)
-        goal_action = goal_action.reshape(s * copies, t)
-        obs, act = tile(seq[keys.OBS]), tile(action)
-        reward = goal_reached(space, tile(achieved), act, goal, goal_action, scale).float()
+        state_index = rows(step.view(s, t))
+        act = rows(action)
+        reward = goal_reached(space, achieved.flatten(0, 1)[state_index], act, goals[goal_index], goal_action, scale)
         return TensorDict(
             {
-                keys.OBS: obs,
-                keys.NEXT_OBS: tile(seq[keys.NEXT_OBS]),
+                keys.STATES: torch.cat([obs.flatten(0, 1), seq[keys.NEXT_OBS].flatten(0, 1)]),
+                keys.GOALS: goals,
+                keys.STATE_INDEX: state_index,
+                keys.NEXT_STATE_INDEX: state_index + s * t,
+                keys.GOAL_INDEX: goal_index,
                 keys.ACTION: act,
-                keys.GOAL: goal,
                 keys.GOAL_ACTION: goal_action,
-                keys.REWARD: reward,
-                keys.TERMINATED: tile(seq[keys.TERMINATED]),
-                keys.EPISODE_END: tile(end),
+                keys.REWARD: reward.float(),
+                keys.TERMINATED: rows(seq[keys.TERMINATED]),
+                keys.EPISODE_END: rows(end),
             },
-            batch_size=[s * copies, t],
+            batch_size=[],
         )
