@@ -29,6 +29,7 @@ from sun_lightning.goals.transform import GoalSelectionTransform
 from sun_lightning.policy import EpsilonGreedyPolicy
 from sun_lightning.replay.exact_count import ExactCount
 from sun_lightning.replay.hindsight import SegmentedHindsightSampler
+from sun_lightning.replay.pseudocount import RadiusPseudocount
 from sun_lightning.replay.storage import GoalReplayStorage
 
 
@@ -101,8 +102,6 @@ class ExplorationDataModule(pl.LightningDataModule):
         if space.exact_counts:
             pseudocount = ExactCount(space.obs_dim * space.num_actions, capacity, space.num_actions)
         else:
-            from sun_lightning.replay.pseudocount import RadiusPseudocount
-
             pseudocount = RadiusPseudocount(space.goal_dim, space.rho, capacity, space.num_actions, self.sigma_every)
         self.storage = GoalReplayStorage(space, self.num_envs, capacity, pseudocount)
         seed = self.seed if self.seed is not None else torch.initial_seed() % 2**31
@@ -146,7 +145,7 @@ class ExplorationDataModule(pl.LightningDataModule):
                 if learns:
                     # One update per frame collected after the warm-up.
                     credit += min(step.numel(), self.frames - self.warmup_frames) * self.updates_per_frame
-                    scale = self._scale()
+                    scale = self.storage.scale()
                     while credit >= 1.0:
                         credit -= 1.0
                         yield self._learning_batch(scale)
@@ -154,15 +153,11 @@ class ExplorationDataModule(pl.LightningDataModule):
                 return
 
     def _learning_batch(self, scale: torch.Tensor | None) -> TensorDict:
-        """One update's batch; ensembles get one independent batch per member, stacked ``[E, N, T]``."""
+        """One update's batch; ensembles get one independent batch per member, stacked ``[E]``."""
         members = getattr(self._learner, "batches_per_update", 1)
         if members == 1:
             return self.sampler.sample(self.storage, scale)
         return torch.stack([self.sampler.sample(self.storage, scale) for _ in range(members)])
-
-    def _scale(self) -> torch.Tensor | None:
-        scale = getattr(self.storage.pseudocount, "scale", None)
-        return scale() if callable(scale) else None
 
 
 class _Stream(IterableDataset):

@@ -94,7 +94,7 @@ class GoalSelectionTransform(Transform):
         had_goal = self.has_goal.clone()
         achieved = self.space.project(tensordict[keys.OBS])
         action = tensordict[keys.ACTION] if self.space.discrete else None
-        reached = had_goal & goal_reached(self.space, achieved, action, self.goal, self.goal_action, self._scale())
+        reached = had_goal & goal_reached(self.space, achieved, action, self.goal, self.goal_action, self.storage.scale())
         self.goal_steps += had_goal
         self.flags[keys.GOAL_REACHED] = reached
         random_phase = self.flags[keys.RANDOM_PHASE]
@@ -172,10 +172,6 @@ class GoalSelectionTransform(Transform):
 
     def _current_values(self, obs: torch.Tensor) -> torch.Tensor:
         return self._values(obs, self.goal.unsqueeze(1), self.goal_action.unsqueeze(1)).squeeze(-1)
-
-    def _scale(self) -> torch.Tensor | None:
-        scale = getattr(self.storage.pseudocount, "scale", None)
-        return scale() if callable(scale) else None
 
     def _write(self, td: TensorDictBase) -> TensorDictBase:
         td[keys.GOAL] = self.goal.clone()

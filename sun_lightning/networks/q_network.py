@@ -162,6 +162,11 @@ class GoalQNetwork(nn.Module):
             f_s, pre_s = f_s.index_select(0, obs_index), pre_s.index_select(0, obs_index)
         if goal_index is not None:
             f_g, pre_g = f_g.index_select(0, goal_index), pre_g.index_select(0, goal_index)
-        h = self.maxout.reduce(torch.addmm(pre_s + pre_g, f_s * f_g, w_p.t()) if f_s.dim() == 2 else pre_s + pre_g + F.linear(f_s * f_g, w_p))
+        pre = pre_s + pre_g
+        if pre.dim() == 2:
+            pre = torch.addmm(pre, f_s * f_g, w_p.t())  # the product's map and the sum in one kernel
+        else:
+            pre = pre + F.linear(f_s * f_g, w_p)
+        h = self.maxout.reduce(pre)
         q = self.head(h)
         return q.unflatten(-1, (self.num_actions, self.num_actions))

@@ -72,6 +72,11 @@ class GoalReplayStorage:
         """Pseudocounts n of the entries at ``index``, O(1)."""
         return self.pseudocount.counts(index.reshape(-1)).reshape(index.shape)
 
+    def scale(self) -> torch.Tensor | None:
+        """Goal standardization σ̃ of the radius pseudocount (``None`` for exact counts)."""
+        scale = getattr(self.pseudocount, "scale", None)
+        return scale() if callable(scale) else None
+
     def sample_index(self, shape: tuple[int, ...], generator: torch.Generator | None = None) -> torch.Tensor:
         """Uniform positions of stored entries."""
         n = len(self)
