@@ -8,7 +8,13 @@ import pytest
 
 from sun_lightning.cli import main
 
-CONFIGS = sorted(p.name for p in (Path(__file__).resolve().parents[1] / "conf").glob("*.yaml"))
+# Two configs run by default (a radius-pseudocount env, and the k-NN metric); the rest take
+# ~10 s each and are marked slow (three_room also runs end to end in test_cli.py).
+FAST = {"mountain_car.yaml", "lunar_lander_full.yaml"}
+CONFIGS = [
+    name if name in FAST else pytest.param(name, marks=pytest.mark.slow)
+    for name in sorted(p.name for p in (Path(__file__).resolve().parents[1] / "conf").glob("*.yaml"))
+]
 
 
 @pytest.mark.parametrize("config", CONFIGS)
