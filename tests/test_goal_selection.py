@@ -119,3 +119,21 @@ def test_per_step_switches_only_to_a_strictly_better_candidate(num_envs, monkeyp
     td = env.step(td)
     assert td["next", keys.GOAL_RESELECTED].all() and (td["next", keys.GOAL].argmax(-1) == 41).all()
     assert transform.value_at_selection.tolist() == pytest.approx([0.7] * num_envs)
+
+
+def test_reach_rules():
+    from sun_lightning.envs.registry import goal_space
+    from sun_lightning.goals.reach import goal_reached
+
+    car = goal_space("sun_lightning/MountainCar-v0")  # radius rule, rho = 0.1, discrete actions
+    scale = torch.tensor([0.5, 0.01])
+    achieved = torch.tensor([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    goal = torch.tensor([[0.049, 0.0], [0.0, 0.0009], [0.051, 0.0], [0.0, 0.0]])
+    action, goal_action = torch.tensor([1, 1, 1, 2]), torch.tensor([1, 1, 1, 1])
+    # standardized distances 0.098, 0.09 (inside rho), 0.102 (outside); the last has the wrong action
+    assert goal_reached(car, achieved, action, goal, goal_action, scale).tolist() == [True, True, False, False]
+    # table layout gives the same answer
+    index = torch.arange(4)
+    assert goal_reached(car, achieved, action, goal, goal_action, scale, index, index.flip(0)).tolist() == [True, False, True, False]
+    with pytest.raises(ValueError, match="scale"):
+        goal_reached(car, achieved, action, goal, goal_action)

@@ -125,9 +125,9 @@ def test_single_inserts_random(M, rho, split, monkeypatch):
     if split:
         monkeypatch.setattr(pc_module, "_SPLIT", -1)
     rng = np.random.default_rng(M)
-    data = rng.random((300, M)).astype(np.float32)
+    data = rng.random((220, M)).astype(np.float32)
     data[:, 0] *= 3.0  # anisotropic: exercises the median floor
-    run_pair(data, 1, rho, cap=300, K=1, wrap=False, check_every=37)
+    run_pair(data, 1, rho, cap=220, K=1, wrap=False, check_every=37)
 
 
 @pytest.mark.parametrize("B", [1, 7, 64])
@@ -153,7 +153,9 @@ def test_eviction_wraparound(M, split_always):
 def test_tiny_capacity_evicts_from_the_tail(M, split_always):
     rng = np.random.default_rng(200 + M)
     data = rng.random((300, M))
-    run_pair(data, [1, 1, 3, 1, 2], 0.4, cap=10, K=4, wrap=True, tail_max=64, check_every=1)
+    acts = rng.integers(0, 2, 300)
+    run_pair(data, [1, 1, 3, 1, 2], 0.4, cap=10, K=4, acts=acts, na=2, wrap=True, tail_max=64,
+             check_every=1)
 
 
 def test_eviction_with_actions_and_dense_neighbourhoods(split_always):
@@ -172,9 +174,9 @@ def test_sigma_every_larger_than_batches():
 
 def test_large_batches_self_join_and_dense_interior():
     rng = np.random.default_rng(11)
-    data = rng.random((2200, 2))
-    # B > 256 uses the sorted self-join; a batch larger than N/4 uses the difference array
-    pc, ref = run_pair(data, [300, 1000, 9, 891], 0.25, cap=2200, K=100, wrap=False,
+    data = rng.random((1200, 2))
+    # B > 256 uses the sorted self-join; dense interior increments use the difference array
+    pc, ref = run_pair(data, [300, 500, 9, 391], 0.35, cap=1200, K=100, wrap=False,
                        tail_max=64, check_every=1)
     assert pc.merges > 0
 
@@ -187,15 +189,29 @@ def test_large_batch_eviction_mixed_actions():
              tail_max=32, check_every=1)
 
 
-@pytest.mark.parametrize("M,bits", [(2, 10), (3, 9), (4, 13), (8, 13)])
+@pytest.mark.parametrize("M,bits", [(1, 6), (2, 10), (3, 9), (4, 13), (8, 13)])
 def test_key_aliasing_and_fine_range_wraparound(monkeypatch, M, bits, split_always):
     # tiny keys: cells alias and the fine range wraps around; results must not change
     monkeypatch.setattr(pc_module._Grid, "key_bits", bits)
     rng = np.random.default_rng(30 + M)
     data = np.cumsum(rng.normal(size=(500, M)), axis=0)
     acts = rng.integers(0, 2, 500)
-    run_pair(data, [1, 64, 7], {2: 0.05, 3: 0.1, 4: 0.2, 8: 0.5}[M], cap=300, K=9, acts=acts,
+    run_pair(data, [1, 64, 7], {1: 0.02, 2: 0.05, 3: 0.1, 4: 0.2, 8: 0.5}[M], cap=300, K=9, acts=acts,
              na=2, wrap=True, tail_max=16, check_every=3)
+
+
+def test_rho_zero_counts_exact_duplicates_far_from_origin():
+    rng = np.random.default_rng(6)
+    # integer tiles: with rho = 0 the pseudocount is the exact visit count of (tile, action)
+    data = rng.integers(0, 4, (300, 2)).astype(np.float64) + 1e6
+    acts = rng.integers(0, 2, 300)
+    pc, ref = run_pair(data, [1, 7, 64], 0.0, cap=120, K=10, acts=acts, na=2, wrap=True,
+                       tail_max=32, check_every=3)
+    stored = {}
+    for s_, (x, a, n) in ref.store.items():
+        stored.setdefault((x, a), []).append(s_)
+    for slots in stored.values():
+        assert (pc.counts(torch.tensor(slots)) == len(slots)).all()
 
 
 def test_repeated_positions_within_a_batch():
@@ -313,6 +329,12 @@ def test_api_shapes_devices_and_errors():
     pc2 = RadiusPseudocount(2, 0.1, 8)
     with pytest.raises(ValueError):
         pc2.insert(torch.tensor([0]), torch.zeros(1, 2), torch.tensor([0]))
+    # numpy inputs and float64 / float16 tensors are accepted too
+    pc2.insert(np.array([1]), np.array([[0.0, 0.0]]))
+    pc2.insert(torch.tensor([2]), torch.tensor([[0.0, 0.0]], dtype=torch.float16))
+    pc2.insert(torch.tensor([[3], [4]]), torch.zeros(2, 2, dtype=torch.float64))
+    assert pc2.counts(torch.tensor([1, 2, 3, 4])).tolist() == [4, 4, 4, 4]
+    assert pc2.counts(torch.tensor([[1, 2]])).shape == (1, 2)
 
 
 def test_counts_are_o1_reads_and_memory_small():

@@ -14,6 +14,8 @@ def goal_reached(
     goal: torch.Tensor,
     goal_action: torch.Tensor | None,
     scale: torch.Tensor | None = None,
+    achieved_index: torch.Tensor | None = None,
+    goal_index: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Whether taking ``action`` in a state projecting to ``achieved`` reaches ``(goal, goal_action)``.
 
@@ -25,18 +27,26 @@ def goal_reached(
         goal_action: goal actions ``[...]`` (discrete spaces).
         scale: per-dimension standardization σ̃ ``[G]`` for the ``"radius"`` rule
             (the pseudocount's; SPEC §4).
+        achieved_index, goal_index: when given, ``achieved`` and ``goal`` are
+            tables and these their rows (a learning batch's layout); exact
+            spaces then compare tiles computed once per table entry.
 
     Returns:
         Bool tensor ``[...]``.
     """
+
+    def rows(table: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
+        return table if index is None else table[index]
+
     if space.reach == "exact":
-        same = space.tile(achieved) == space.tile(goal)
-    elif space.reach == "radius":
+        same = rows(space.tile(achieved), achieved_index) == rows(space.tile(goal), goal_index)
+    else:
+        diff = rows(achieved, achieved_index) - rows(goal, goal_index)
+        if space.reach == "distance":
+            return diff.norm(dim=-1) < space.eta
         if scale is None:
             raise ValueError("the 'radius' reach rule needs the pseudocount's standardization scale")
-        same = (((achieved - goal) / scale) ** 2).sum(-1) <= space.rho**2
-    else:
-        return (achieved - goal).norm(dim=-1) < space.eta
+        same = ((diff / scale) ** 2).sum(-1) <= space.rho**2
     if space.discrete:
         same = same & (action.long() == goal_action.long())
     return same

@@ -88,7 +88,7 @@ class SegmentedHindsightSampler:
 
         state_index = rows(step.view(s, t))
         act = rows(action)
-        reward = goal_reached(space, achieved.flatten(0, 1)[state_index], act, goals[goal_index], goal_action, scale)
+        reward = goal_reached(space, achieved.flatten(0, 1), act, goals, goal_action, scale, state_index, goal_index)
         return TensorDict(
             {
                 keys.STATES: torch.cat([obs.flatten(0, 1), seq[keys.NEXT_OBS].flatten(0, 1)]),

@@ -40,23 +40,32 @@ Data structure (CPU, numpy; tensors on any device are moved to the CPU at the in
 
 * running sums of ``x - c`` and ``(x - c)^2`` (float64, ``c`` a stored data value, so that a
   constant feature has exactly zero spread; re-centred exactly if the mean drifts far from ``c``)
-  give ``sigma`` in O(M) at any time;
+  give ``sigma`` in O(M) at any time, so recomputing it every K inserts costs nothing;
 * a uniform grid in raw coordinates over up to four "grid" features (all of them when M <= 4,
-  else the four with the largest sigma / st): cells of side ``1.25 rho st / sub`` in the "row"
-  features and ``rho st / 16`` in the last ("fine") one.  Entries live in one array sorted by
-  the packed key (action | row cells | fine cell), together with their coordinates and counts,
-  so a row of cells is one contiguous range.  A query looks up, in a table precomputed for its
-  sub-cell position, the rows that can hold neighbours and the conservative fine-cell ranges of
-  the ball's chord in each row, and binary-searches them.  When M <= 4, cells entirely inside
-  the ball are counted by range length and incremented without distance checks ("interior");
+  else the four with the largest sigma / st): "row" cells of side ``1.25 rho st / sub``
+  (sub = 4, 2, 1 for M = 2, 3, >= 4) and a "fine" feature quantised at ``rho st / 16``.
+  Entries live in one array sorted by the packed key (action | row cells | fine cell), together
+  with their coordinates ([M, N]) and counts, so a row of cells is one contiguous range.  A query
+  looks up, in a table precomputed for its sub-cell position, the rows that can hold neighbours
+  and conservative fine-cell ranges of the ball's chord in each row, then binary-searches them.
+  When M <= 4 and a query has many candidates, cells entirely inside the ball are counted by
+  range length and incremented without distance checks ("interior"); only boundary cells are
+  checked.  A batch applies dense interior increments through a difference array;
 * recent entries live in a small unsorted tail scanned by brute force, merged into the sorted
   array every ~sqrt(5 N) inserts (a stable sort of the concatenation, O(N));
 * cells are built for the ``st`` of build time and queried with the current ``st`` (exact for any
-  ``st``; only speed depends on it), so re-standardization needs no rebuild until ``rho st``
-  grows 20% or shrinks by a third (cells are built with slack);
-* evicted entries of the sorted array become tombstones (NaN coordinates) until the next merge.
+  ``st``; only speed depends on it): re-standardization needs no rebuild until ``rho st`` grows
+  20% or shrinks by a third (cells are built with 25% slack); the needle tables are rebuilt
+  (~1 ms) when ``st`` moves by more than 1%;
+* evicted entries of the sorted array become tombstones (NaN coordinates) until the next merge;
+  cells with aliased keys (coordinates beyond 2**(bits-1) cells from the mean) fall back to a
+  general vectorized path that handles wrap-around.
 
-At N = 10^6 the index holds 8 (M + 3) bytes per entry plus 9 bytes per storage position.
+Memory: (8 M + 20) bytes per stored entry (key, position, coordinates, count) + 5 bytes per
+storage position + the tail (<= 8192 entries) and the needle tables (< 1 MB): 41 MB for M = 2
+and 90 MB for M = 8 at N = 10^6.  A merge allocates the new arrays before freeing the old ones
+(one feature at a time for the coordinates), so the transient peak is about twice the key,
+position and count arrays plus the coordinates (~150 MB for M = 8 at 10^6).
 """
 
 from __future__ import annotations
@@ -155,13 +164,17 @@ class _Grid:
 
     def keys(self, x: np.ndarray, a: np.ndarray | None) -> np.ndarray:
         """Keys of points ``x`` [n, M] (actions ``a`` [n])."""
-        q = np.floor((x[:, self.qdim] - self.o_q) / self.Lq)
+        return self.keys_cols(lambda d: x[:, d], a)
+
+    def keys_cols(self, col, a: np.ndarray | None) -> np.ndarray:
+        """Keys from ``col(d)``, the 1-D coordinates of feature d (grid features only)."""
+        q = np.floor((col(self.qdim) - self.o_q) / self.Lq)
         q = np.clip(q, -2.0 ** 61, 2.0 ** 61).astype(np.int64) + self.off_q
         if self.clean and len(q) and (q.min() < 0 or q.max() > self.mask_q):
             self.clean = False
         key = q & self.mask_q
         for k, d in enumerate(self.rdims):
-            c = np.floor((x[:, d] - self.o_r[k]) / self.L[k])
+            c = np.floor((col(d) - self.o_r[k]) / self.L[k])
             c = np.clip(c, -2.0 ** 61, 2.0 ** 61).astype(np.int64) + self.off_r
             if self.clean and len(c) and (c.min() < 0 or c.max() > self.mask_r):
                 self.clean = False
@@ -244,6 +257,7 @@ class _Tables:
         self.TT = TT
         self.TT2 = TT.reshape(len(TT), -1)
         self.TTo2 = np.ascontiguousarray(TT[:, :, 0::3]).reshape(len(TT), -1)  # outer only
+        self.TTi2 = np.ascontiguousarray(TT[:, :, 1:3]).reshape(len(TT), -1)  # inner only
         self.Rb = np.repeat(self.Rb_r, nbq)
         self.Rb_list = self.Rb.tolist()
         self.qmin = int(np.floor(-w.max() - 1))  # cq + qmin >= 0 needed
@@ -383,8 +397,7 @@ class RadiusPseudocount:
             if i0 < 0 or i0 >= self.capacity:
                 raise IndexError("index out of range [0, capacity)")
             xl = [float(v) for v in x.reshape(-1).tolist()]
-            t = sum(xl)
-            if t - t != 0.0:
+            if not all(map(math.isfinite, xl)):
                 raise ValueError("goal features must be finite")
             a = None
             if self.num_actions > 0:
@@ -407,8 +420,7 @@ class RadiusPseudocount:
             if i0 < 0 or i0 >= self.capacity:
                 raise IndexError("index out of range [0, capacity)")
             xl = xs[0].tolist()
-            t = sum(xl)
-            if t - t != 0.0:
+            if not all(map(math.isfinite, xl)):
                 raise ValueError("goal features must be finite")
         else:
             if idx.min() < 0 or idx.max() >= self.capacity:
@@ -448,7 +460,8 @@ class RadiusPseudocount:
                 self._dead_arr(), self._tx, self._ta, self._tslot, self._tcnt]
         n = sum(a.nbytes for a in arrs)
         if self._tables is not None:
-            n += self._tables.TT.nbytes * 2 + self._tables.TTo2.nbytes
+            t = self._tables
+            n += t.TT.nbytes + t.TTo2.nbytes + t.TTi2.nbytes
         return int(n)
 
     # ------------------------------------------------------------------ conversions
@@ -585,14 +598,20 @@ class RadiusPseudocount:
         live = np.flatnonzero(self._mslot >= 0)
         ma = self._actions_of(self._mkey[live])
         tx, ta, ts, tc = self._tail_live()
-        x = np.concatenate((self._mx[:, live], tx), 1)
         a = None if ma is None else np.concatenate((ma, ta))
         slots = np.concatenate((self._mslot[live], ts))
         cnt = np.concatenate((self._mcnt[live], tc))
         self._grid = g = self._new_grid()
-        keys = g.keys(x.T, a)
+
+        def col(d):
+            return np.concatenate((self._mx[d].take(live), tx[d]))
+
+        keys = g.keys_cols(col, a)
         order = np.argsort(keys, kind="stable")
-        self._set_sorted(keys[order], slots[order], x.take(order, axis=1), cnt[order])
+        x = np.empty((self.goal_dim, len(order)))
+        for m in range(self.goal_dim):  # feature by feature: small transient memory
+            col(m).take(order, out=x[m])
+        self._set_sorted(keys[order], slots[order], x, cnt[order])
 
     def _merge(self) -> None:
         """Move the tail into the sorted array and drop tombstones."""
@@ -607,8 +626,10 @@ class RadiusPseudocount:
             keep = np.ones(len(keys), bool)
             keep[self._dead_arr()] = False
             order = order[keep[order]]
-        self._set_sorted(keys[order], np.concatenate((self._mslot, ts))[order],
-                         np.concatenate((self._mx, tx), 1).take(order, axis=1),
+        x = np.empty((self.goal_dim, len(order)))
+        for m in range(self.goal_dim):  # feature by feature: small transient memory
+            np.concatenate((self._mx[m], tx[m])).take(order, out=x[m])
+        self._set_sorted(keys[order], np.concatenate((self._mslot, ts))[order], x,
                          np.concatenate((self._mcnt, tc))[order], moved=ts)
 
     def _tgrow(self, need: int, shrink: bool = False) -> None:
@@ -738,7 +759,7 @@ class RadiusPseudocount:
             blab = lab_r
         pos = _expand(bs, bl)
         lab = np.repeat(blab, bl)
-        hit = self._d2_pairs(X.take(pos, axis=1), xq.T.take(lab, axis=1)) <= self._rho2
+        hit = self._d2_gather(X, pos, xq, lab) <= self._rho2
         lab_h = lab[hit]
         count = count + np.bincount(lab_h, minlength=Q)
         if not need_pairs:
@@ -845,7 +866,7 @@ class RadiusPseudocount:
         if nr and max(ncell) > g.mask_r + 1:  # query rows alias each other: drop repeats
             u = np.unique(lab * len(mkey) + pos)
             lab, pos = u // len(mkey), u % len(mkey)
-        hit = self._d2_pairs(X.take(pos, axis=1), xq.T.take(lab, axis=1)) <= self._rho2
+        hit = self._d2_gather(X, pos, xq, lab) <= self._rho2
         lab_h = lab[hit]
         count = count + np.bincount(lab_h, minlength=Q)
         if not need_pairs:
@@ -863,6 +884,20 @@ class RadiusPseudocount:
         out[o] = a.searchsorted(v[o])
         return out
 
+    def _d2_gather(self, X: np.ndarray, pos: np.ndarray, xq: np.ndarray, lab: np.ndarray):
+        """d^2 between X[:, pos] ([M, N] coordinates) and query points xq[lab] ([Q, M])."""
+        acc = None
+        for m, s in enumerate(self._st_list):
+            t = X[m].take(pos)
+            t -= xq[:, m].take(lab)
+            t /= s
+            t *= t
+            if acc is None:
+                acc = t
+            else:
+                acc += t
+        return acc
+
     def _d2_pairs(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """sum_m ((a[m] - b[m]) / st_m) ** 2 over the leading axis, in feature order."""
         acc = None
@@ -878,7 +913,7 @@ class RadiusPseudocount:
 
     def _d2_point(self, a: np.ndarray, xl: list) -> np.ndarray:
         """sum_m ((a[m] - x_m) / st_m) ** 2 for coordinates a [M, n] and one point x."""
-        if self.goal_dim <= 3:
+        if self.goal_dim <= 4:
             acc = None
             for m, (v, s) in enumerate(zip(xl, self._st_list)):
                 t = a[m] - v
@@ -905,7 +940,7 @@ class RadiusPseudocount:
             m &= self._ta[None, :tn] == aq[:, None]
         lab, rows = np.nonzero(m)
         if len(rows):
-            hit = self._d2_pairs(self._tx.take(rows, axis=1), xq.T.take(lab, axis=1)) <= self._rho2
+            hit = self._d2_gather(self._tx, rows, xq, lab) <= self._rho2
             lab, rows = lab[hit], rows[hit]
         return lab, rows
 
@@ -1071,19 +1106,19 @@ class RadiusPseudocount:
         if R == 0:
             return _EMPTY, None, 0
         g = self._grid
-        if not (g.full and g.clean):
-            r = self._mkey.searchsorted(t.TTo2[bidx, :2 * R] + base)
-            s_out = r[0::2]
-            return _expand(s_out, r[1::2] - s_out), None, 0
-        r = self._mkey.searchsorted(t.TT2[bidx, :4 * R] + base)
-        s_out = r[0::4]
-        ln = r[3::4] - s_out
-        if ln.sum() <= _SPLIT:  # few candidates: check them all
+        mkey = self._mkey
+        r = mkey.searchsorted(t.TTo2[bidx, :2 * R] + base)
+        s_out = r[0::2]
+        e_out = r[1::2]
+        ln = e_out - s_out
+        if not (g.full and g.clean) or ln.sum() <= _SPLIT:  # check every candidate
             return _expand(s_out, ln), None, 0
-        s_in = r[1::4]
-        e_in = r[2::4]
+        # many candidates: cells entirely inside the ball are counted without checks
+        r = mkey.searchsorted(t.TTi2[bidx, :2 * R] + base)
+        s_in = r[0::2]
+        e_in = r[1::2]
         bs = np.concatenate((s_out, e_in))
-        cand = _expand(bs, np.concatenate((s_in, r[3::4])) - bs)
+        cand = _expand(bs, np.concatenate((s_in, e_out)) - bs)
         inner = [(i, j) for i, j in zip(s_in.tolist(), e_in.tolist()) if j > i]
         n_in = sum(j - i for i, j in inner)
         if self._dead_n:  # tombstones inside the interior ranges
