@@ -8,7 +8,6 @@ import torch
 from helpers import TableLearner, filled_storage, goal_env
 from sun_lightning import keys
 from sun_lightning.goals import SUNAdaptive
-from sun_lightning.goals.sun import SUNAdaptive as _SUN  # noqa: F401
 
 NUM_TILES = 72  # ThreeRoom: 9 x 8
 
