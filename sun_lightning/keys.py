@@ -9,7 +9,6 @@ NEXT = "next"
 REWARD = "reward"
 DONE = "done"
 TERMINATED = "terminated"
-TRUNCATED = "truncated"
 NEXT_OBS = ("next", "observation")
 # The step ended its episode (terminated or truncated): traces and HER
 # segments never cross it (SPEC §5a).
@@ -19,18 +18,13 @@ EPISODE_END = "episode_end"
 # discrete-action environments, the goal action g_a.
 GOAL = "goal"
 GOAL_ACTION = "goal_action"
-# Goal projection of the step's own state (what the step "achieves").
-ACHIEVED_GOAL = "achieved_goal"
-# Per-entry pseudocount n_g (SPEC §4).
-PSEUDOCOUNT = "pseudocount"
 
 # Selection bookkeeping written by the goal transform.
 GOAL_SELECTED = "goal_selected"      # a new goal was selected for this step
 GOAL_RESELECTED = "goal_reselected"  # selected other than at an episode start
 GOAL_REACHED = "goal_reached"        # the step leading here reached the goal
-GOAL_STEPS = "goal_steps"            # steps spent on the current goal so far
+GOAL_STEPS = "goal_steps"            # on the step reaching a goal: steps it took (else 0)
 RANDOM_PHASE = "random_phase"        # acting uniformly at random (episodic rules)
-SELECTION_VALUE = "selection_value"  # V(s_sel, g) at selection time
 
 # Learning batches (SPEC §5a): the distinct states and goals of a batch are
 # stored once, as tables, and the [groups, T] rows index into them, so the
