@@ -759,14 +759,7 @@ class RadiusPseudocount:
             blab = lab_r
         pos = _expand(bs, bl)
         lab = np.repeat(blab, bl)
-        hit = self._d2_gather(X, pos, xq, lab) <= self._rho2
-        lab_h = lab[hit]
-        count = count + np.bincount(lab_h, minlength=Q)
-        if not need_pairs:
-            return count, None, None
-        if inter is None:
-            inter = (_EMPTY, _EMPTY, _EMPTY)
-        return count, inter, (lab_h, pos[hit])
+        return self._check_candidates(X, xq, lab, pos, count, inter, need_pairs)
 
     def _query_general(self, mkey, X, dead, xq, aq, need_pairs: bool):
         """``_query_sorted`` for queries touching aliased / out-of-range / wrapped cells."""
@@ -866,9 +859,13 @@ class RadiusPseudocount:
         if nr and max(ncell) > g.mask_r + 1:  # query rows alias each other: drop repeats
             u = np.unique(lab * len(mkey) + pos)
             lab, pos = u // len(mkey), u % len(mkey)
+        return self._check_candidates(X, xq, lab, pos, count, inter, need_pairs)
+
+    def _check_candidates(self, X, xq, lab, pos, count, inter, need_pairs: bool):
+        """Exact distance test of candidate (query ``lab``, entry ``pos``) pairs; adds hits to ``count``."""
         hit = self._d2_gather(X, pos, xq, lab) <= self._rho2
         lab_h = lab[hit]
-        count = count + np.bincount(lab_h, minlength=Q)
+        count = count + np.bincount(lab_h, minlength=len(xq))
         if not need_pairs:
             return count, None, None
         if inter is None:
