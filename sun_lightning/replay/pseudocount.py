@@ -741,17 +741,7 @@ class RadiusPseudocount:
         lab_r = np.repeat(np.arange(Q), R)
         inter = None
         if interior:
-            il = (e_in - s_in).ravel()
-            count = il.reshape(Q, R).sum(1)
-            if len(dead):
-                dn = dead.searchsorted(e_in.ravel()) - dead.searchsorted(s_in.ravel())
-                count = count - dn.reshape(Q, R).sum(1)
-            if need_pairs:
-                nz = il > 0
-                inter = (lab_r[nz], s_in.ravel()[nz], e_in.ravel()[nz])
-            bs = np.concatenate((s_out.ravel(), e_in.ravel()))
-            bl = np.concatenate(((s_in - s_out).ravel(), (e_out - e_in).ravel()))
-            blab = np.concatenate((lab_r, lab_r))
+            count, inter, bs, bl, blab = self._interior_ranges(s_out, s_in, e_in, e_out, lab_r, dead, need_pairs)
         else:
             count = np.zeros(Q, np.int64)
             bs = s_out.ravel()
@@ -832,17 +822,7 @@ class RadiusPseudocount:
             e_in = np.searchsorted(mkey, (pre | (ihi & g.mask_q)).ravel(), "right").reshape(kl.shape)
             s_in = np.where(ok, np.clip(s_in, s_out, e_out), s_out)
             e_in = np.where(ok, np.clip(e_in, s_in, e_out), s_out)
-            il = (e_in - s_in).ravel()
-            count = (e_in - s_in).sum(1)
-            if len(dead):
-                dn = dead.searchsorted(e_in.ravel()) - dead.searchsorted(s_in.ravel())
-                count = count - dn.reshape(e_in.shape).sum(1)
-            if need_pairs:
-                nz = il > 0
-                inter = (lab_r[nz], s_in.ravel()[nz], e_in.ravel()[nz])
-            bs = np.concatenate((s_out.ravel(), e_in.ravel()))
-            bl = np.concatenate(((s_in - s_out).ravel(), (e_out - e_in).ravel()))
-            blab = np.concatenate((lab_r, lab_r))
+            count, inter, bs, bl, blab = self._interior_ranges(s_out, s_in, e_in, e_out, lab_r, dead, need_pairs)
         else:
             bs = s_out.ravel()
             bl = (e_out - s_out).ravel()
@@ -860,6 +840,23 @@ class RadiusPseudocount:
             u = np.unique(lab * len(mkey) + pos)
             lab, pos = u // len(mkey), u % len(mkey)
         return self._check_candidates(X, xq, lab, pos, count, inter, need_pairs)
+
+    @staticmethod
+    def _interior_ranges(s_out, s_in, e_in, e_out, lab_r, dead, need_pairs: bool):
+        """Counts of the interior ranges ``[s_in, e_in)`` per query (tombstones excluded) and the
+        boundary ranges ``[s_out, s_in)``, ``[e_in, e_out)`` left to check, as (starts, lengths, labels)."""
+        il = (e_in - s_in).ravel()
+        count = (e_in - s_in).reshape(len(s_out), -1).sum(1)
+        if len(dead):
+            dn = dead.searchsorted(e_in.ravel()) - dead.searchsorted(s_in.ravel())
+            count = count - dn.reshape(len(s_out), -1).sum(1)
+        inter = None
+        if need_pairs:
+            nz = il > 0
+            inter = (lab_r[nz], s_in.ravel()[nz], e_in.ravel()[nz])
+        bs = np.concatenate((s_out.ravel(), e_in.ravel()))
+        bl = np.concatenate(((s_in - s_out).ravel(), (e_out - e_in).ravel()))
+        return count, inter, bs, bl, np.concatenate((lab_r, lab_r))
 
     def _check_candidates(self, X, xq, lab, pos, count, inter, need_pairs: bool):
         """Exact distance test of candidate (query ``lab``, entry ``pos``) pairs; adds hits to ``count``."""
