@@ -878,12 +878,11 @@ class RadiusPseudocount:
         out[o] = a.searchsorted(v[o])
         return out
 
-    def _d2_gather(self, X: np.ndarray, pos: np.ndarray, xq: np.ndarray, lab: np.ndarray):
-        """d^2 between X[:, pos] ([M, N] coordinates) and query points xq[lab] ([Q, M])."""
+    def _d2(self, diff) -> np.ndarray:
+        """sum_m (diff(m) / st_m) ** 2, in feature order; ``diff(m)`` returns a fresh array."""
         acc = None
         for m, s in enumerate(self._st_list):
-            t = X[m].take(pos)
-            t -= xq[:, m].take(lab)
+            t = diff(m)
             t /= s
             t *= t
             if acc is None:
@@ -892,18 +891,13 @@ class RadiusPseudocount:
                 acc += t
         return acc
 
+    def _d2_gather(self, X: np.ndarray, pos: np.ndarray, xq: np.ndarray, lab: np.ndarray):
+        """d^2 between X[:, pos] ([M, N] coordinates) and query points xq[lab] ([Q, M])."""
+        return self._d2(lambda m: X[m].take(pos) - xq[:, m].take(lab))
+
     def _d2_pairs(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """sum_m ((a[m] - b[m]) / st_m) ** 2 over the leading axis, in feature order."""
-        acc = None
-        for m, s in enumerate(self._st_list):
-            t = a[m] - b[m]
-            t /= s
-            t *= t
-            if acc is None:
-                acc = t
-            else:
-                acc += t
-        return acc
+        return self._d2(lambda m: a[m] - b[m])
 
     def _d2_point(self, a: np.ndarray, xl: list) -> np.ndarray:
         """sum_m ((a[m] - x_m) / st_m) ** 2 for coordinates a [M, n] and one point x."""
