@@ -902,16 +902,7 @@ class RadiusPseudocount:
     def _d2_point(self, a: np.ndarray, xl: list) -> np.ndarray:
         """sum_m ((a[m] - x_m) / st_m) ** 2 for coordinates a [M, n] and one point x."""
         if self.goal_dim <= 4:
-            acc = None
-            for m, (v, s) in enumerate(zip(xl, self._st_list)):
-                t = a[m] - v
-                t /= s
-                t *= t
-                if acc is None:
-                    acc = t
-                else:
-                    acc += t
-            return acc
+            return self._d2(lambda m: a[m] - xl[m])
         d = (a - np.array(xl)[:, None]) / self._stc
         d *= d
         return d.sum(0)
