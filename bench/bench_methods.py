@@ -13,12 +13,9 @@ import argparse
 
 from bench_training_loop import build, time_loop
 
-ENSEMBLE = ("--model", "sun_lightning.agents.ensemble_dqn.EnsembleDQNSVF")
-METHODS = {
-    "SUN adaptive": (),
-    "DISCOVER": (*ENSEMBLE, "--data.selector", "sun_lightning.goals.ensemble.DISCOVER"),
-    "AdaGoal": (*ENSEMBLE, "--data.selector", "sun_lightning.goals.ensemble.AdaGoal"),
-}
+from sun_lightning.methods import method_args
+
+NAMES = {"SUN adaptive": "sun", "DISCOVER": "discover", "AdaGoal": "adagoal"}
 
 
 def main() -> None:
@@ -29,8 +26,8 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=4)
     args = parser.parse_args()
     fps = {}
-    for name, extra in METHODS.items():
-        cli = build(args.frames, args.warmup, "", args.num_envs, args.config, extra)
+    for name, method in NAMES.items():
+        cli = build(args.frames, args.warmup, "", args.num_envs, args.config, method_args(method))
         seconds, frames = time_loop(cli, args.warmup)
         fps[name] = frames / seconds
     print(f"\n{args.config}: {args.frames} learning frames after {args.warmup} warm-up frames, {args.num_envs} envs")

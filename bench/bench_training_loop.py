@@ -19,7 +19,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from sun_lightning.cli import main
 
-MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "aten::_addmm_activation")
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::matmul", "aten::linear", "aten::_addmm_activation")
 
 
 def build(frames: int, warmup: int, env: str, num_envs: int, config: str = "conf/three_room.yaml", extra: tuple[str, ...] = ()):

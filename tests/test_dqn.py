@@ -184,3 +184,20 @@ def test_forward_is_the_concatenation_architecture():
     f_s, f_g = net.state_branch(obs, False), net.goal_branch(goal, False)
     h = net.maxout(torch.cat([f_s, f_g, f_s * f_g], -1))
     torch.testing.assert_close(net(obs, goal), net.head(h).view(8, 3, 3))
+
+
+def test_table_forward_gradients_equal_the_concatenation_architecture():
+    """The in-place table algebra and the one-mask maxout backward give autograd's gradients."""
+    torch.manual_seed(0)
+    net = GoalQNetwork(6, 5, 3, init_std=0.3)
+    states, goals = torch.randn(10, 6), torch.randn(4, 5)
+    i, j = torch.randint(10, (40,)), torch.randint(4, (40,))
+    weight = torch.randn(40, 3, 3)
+    (net(states, goals, obs_index=i, goal_index=j) * weight).sum().backward()
+    fast = {name: p.grad.clone() for name, p in net.named_parameters()}
+    net.zero_grad()
+    f_s, f_g = net.state_branch(states[i], False), net.goal_branch(goals[j], False)
+    pieces = net.maxout.linear(torch.cat([f_s, f_g, f_s * f_g], -1)).unflatten(-1, (net.maxout.pieces, -1))
+    (net.head(pieces.max(-2).values).view(40, 3, 3) * weight).sum().backward()
+    for name, p in net.named_parameters():
+        torch.testing.assert_close(fast[name], p.grad, msg=name)

@@ -28,7 +28,17 @@ class _PieceMax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
         pieces, out = ctx.saved_tensors
-        return (pieces == out.unsqueeze(-2)) * grad.unsqueeze(-2)
+        # The mask written as floats, then scaled in place: 4-8x faster on CPU
+        # than ``mask * grad`` (a bool → float conversion pass) or ``torch.where``.
+        if _is_batched(pieces):  # under vmap (ensembles) ``out=`` has no batching rule
+            return (pieces == out.unsqueeze(-2)) * grad.unsqueeze(-2)
+        mask = torch.eq(pieces, out.unsqueeze(-2), out=torch.empty_like(pieces))
+        return mask.mul_(grad.unsqueeze(-2))
+
+
+def _is_batched(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is a vmap batched tensor (functorch has no public test for it)."""
+    return torch._C._functorch.is_batchedtensor(tensor)
 
 
 class Maxout(nn.Module):
@@ -162,9 +172,12 @@ class GoalQNetwork(nn.Module):
             f_s, pre_s = f_s.index_select(0, obs_index), pre_s.index_select(0, obs_index)
         if goal_index is not None:
             f_g, pre_g = f_g.index_select(0, goal_index), pre_g.index_select(0, goal_index)
-        pre = pre_s + pre_g
+        # In place where the shapes allow: these [rows, pieces · width] passes,
+        # not the matmuls, dominate an update on CPU. Neither op's backward
+        # needs the overwritten values.
+        pre = pre_s.add_(pre_g) if pre_s.shape == pre_g.shape else pre_s + pre_g
         if pre.dim() == 2:
-            pre = torch.addmm(pre, f_s * f_g, w_p.t())  # the product's map and the sum in one kernel
+            pre = pre.addmm_(f_s * f_g, w_p.t())  # accumulates in the GEMM: no copy of pre
         else:
             pre = pre + F.linear(f_s * f_g, w_p)
         h = self.maxout.reduce(pre)
