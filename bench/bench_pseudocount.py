@@ -9,10 +9,13 @@ measured while inserting the last few thousand samples into a buffer already hol
 
 each the minimum over ``--repeat`` runs on fresh copies of the state (the machine is shared),
 
-plus the index memory and the bound of a brute-force scan (N*M*4 bytes / memory bandwidth) and a
-measured numpy brute-force insert (scan + increments).  Data: uniform in a box (the standard),
-and for M = 2 also trajectory-like data (random-walk episodes from a common start: dense
-neighbourhoods).  The state is built with large batches (bulk insert path, exact counts).
+plus the index memory (``nbytes()``: the native index's blocks, cells, hash table and position
+maps) and the bound of a brute-force scan (N*M*4 bytes / memory bandwidth) and a measured numpy
+brute-force insert (scan + increments).  Data: uniform in a box (the standard), and for M = 2 also
+trajectory-like data (random-walk episodes from a common start: dense neighbourhoods).  The state
+is built with large batches (exact counts, samples inserted one after another in C); the copies
+go through pickling (``__getstate__``/``__setstate__``: entries re-inserted in position order).
+The native index is compiled on first use (about a second, then cached).
 
     python bench/bench_pseudocount.py            # N up to 1e6
     python bench/bench_pseudocount.py --quick    # N up to 1e5
