@@ -132,7 +132,7 @@ class GoalSelectionTransform(Transform):
             return
         k = self.selector.num_candidates
         index = self.storage.sample_index((envs.numel(), k))
-        cand = self.storage.get(index)
+        cand = self.storage.get(index, (keys.OBS, keys.ACTION))
         goals = self.space.project(cand[keys.OBS])
         goal_actions = cand[keys.ACTION] if self.space.discrete else None
         counts = self.storage.counts(index)

@@ -74,7 +74,7 @@ class SegmentedHindsightSampler:
         goal_action = torch.gather(action.unsqueeze(1).expand(s, r, t), 2, cut)
         goals = achieved.flatten(0, 1)
         if self.negatives:
-            neg = storage.get(storage.sample_index((s, r), generator))
+            neg = storage.get(storage.sample_index((s, r), generator), (keys.OBS, keys.ACTION))
             neg_index = s * t + torch.arange(s * r, device=device).view(s, r, 1).expand(s, r, t)
             goal_index = torch.stack([goal_index, neg_index], 2)
             goal_action = torch.stack([goal_action, neg[keys.ACTION].unsqueeze(2).expand(s, r, t)], 2)

@@ -64,9 +64,22 @@ class GoalReplayStorage:
         self.steps += 1
         return index
 
-    def get(self, index: torch.Tensor) -> TensorDict:
-        """Entries at flat positions ``index`` (any shape)."""
-        return self._storage.get(index)
+    def get(self, index: torch.Tensor, names: tuple[str, ...] = STORED_KEYS) -> TensorDict:
+        """Entries at flat positions ``index`` (any shape), the keys ``names`` only.
+
+        Each key is one row gather of the storage's tensor: TorchRL's generic
+        ``get`` (TensorDict indexing) cost several times more per call, and
+        every learning batch and goal selection reads the storage.
+        """
+        if len(self) == 0:
+            raise RuntimeError("cannot read from an empty replay storage")
+        flat = index.reshape(-1)
+        table = self._storage._storage  # the TensorDict [capacity] behind the TorchRL storage
+        out = {}
+        for name in names:
+            column = table.get(name)
+            out[name] = column.index_select(0, flat).view(*index.shape, *column.shape[1:])
+        return TensorDict(out, batch_size=index.shape)
 
     def counts(self, index: torch.Tensor) -> torch.Tensor:
         """Pseudocounts n of the entries at ``index``, O(1)."""
