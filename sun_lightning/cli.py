@@ -11,8 +11,8 @@ embedded MLflow store under ``mlruns/`` by default.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
+from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import MLFlowLogger
 
@@ -20,9 +20,8 @@ from callbacks.exploration import ExplorationLogger
 from sun_lightning.data import ExplorationDataModule
 from sun_lightning.module import SVFModule
 from sun_lightning.runtime import tune_allocator
+from sun_lightning.tracking import MLFLOW_DIR, MLFLOW_URI, prepare_store
 
-MLFLOW_DIR = Path("mlruns")
-MLFLOW_URI = f"sqlite:///{MLFLOW_DIR}/mlflow.db"
 
 
 class MLflowSaveConfig(SaveConfigCallback):
@@ -63,6 +62,12 @@ class SUNCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         MLFLOW_DIR.mkdir(exist_ok=True)
+        config = self.config.get(self.subcommand) if self.subcommand else self.config
+        logger = config.get("trainer", {}).get("logger") if config is not None else None
+        if isinstance(logger, Namespace) and str(logger.get("class_path", "")).endswith("MLFlowLogger"):
+            args = logger.get("init_args") or Namespace()
+            prepare_store(args.get("tracking_uri") or MLFLOW_URI, args.get("experiment_name") or "lightning_logs",
+                          args.get("artifact_location"))
 
 
 def main(args: list[str] | None = None, run: bool = True) -> SUNCLI:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sun_lightning.cli import MLFLOW_DIR, MLFLOW_URI
+from sun_lightning.tracking import MLFLOW_DIR, MLFLOW_URI
 from sun_lightning.methods import METHODS, method_args
 
 REPORTED = ("explore/visits/coverage", "explore/visits/entropy", "explore/goals/success", "explore/goals/random_fraction")

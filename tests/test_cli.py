@@ -92,3 +92,28 @@ def test_print_config_shows_every_hyperparameter(tmp_path):
                  "num_candidates: 256", "SUNAdaptive"]:
         assert line in proc.stdout, line
     assert not (tmp_path / "mlruns").exists() or not any((tmp_path / "mlruns").iterdir())
+
+
+def _prepare(root: str, barrier) -> str:
+    import os
+
+    from sun_lightning.tracking import prepare_store
+
+    os.chdir(root)
+    barrier.wait()  # every process creates the fresh store at the same moment
+    prepare_store("sqlite:///mlruns/mlflow.db", "together")
+    return "ok"
+
+
+def test_runs_started_together_on_a_fresh_store_do_not_race(tmp_path):
+    """Without the lock, concurrent schema creation failed inside MLflow's migrations."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager:
+        barrier = manager.Barrier(3)
+        with context.Pool(3) as pool:
+            results = pool.starmap(_prepare, [(str(tmp_path), barrier)] * 3)
+    assert results == ["ok"] * 3
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    assert [e.name for e in client.search_experiments() if e.name == "together"] == ["together"]
