@@ -23,7 +23,6 @@ from sun_lightning.runtime import tune_allocator
 from sun_lightning.tracking import MLFLOW_DIR, MLFLOW_URI, prepare_store
 
 
-
 class MLflowSaveConfig(SaveConfigCallback):
     """Logs the resolved config as an MLflow artifact (``config.yaml``) and as flat params.
 

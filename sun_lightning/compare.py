@@ -23,10 +23,11 @@ import sys
 import time
 from pathlib import Path
 
+import mlflow
 import numpy as np
 
-from sun_lightning.tracking import MLFLOW_DIR, MLFLOW_URI
 from sun_lightning.methods import METHODS, method_args
+from sun_lightning.tracking import MLFLOW_DIR, MLFLOW_URI
 
 REPORTED = ("explore/visits/coverage", "explore/visits/entropy", "explore/goals/success", "explore/goals/random_fraction")
 
@@ -37,8 +38,6 @@ def run_name(method: str, seed: int) -> str:
 
 def finished_runs(experiment: str) -> dict[str, dict]:
     """Run name → {metric: final value, "frames": last step} of the experiment's finished runs."""
-    import mlflow
-
     client = mlflow.MlflowClient(MLFLOW_URI)
     found = client.get_experiment_by_name(experiment)
     if found is None:
