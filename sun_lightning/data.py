@@ -126,8 +126,8 @@ class ExplorationDataModule(pl.LightningDataModule):
         return DataLoader(_Stream(self), batch_size=None, num_workers=0, collate_fn=_identity)
 
     # ---- the loop -----------------------------------------------------------------------
-    def stream(self) -> Iterator[TensorDict]:
-        """Step the collector until ``total_frames``, yielding one learning batch per update."""
+    def stream(self) -> Iterator[list[TensorDict]]:
+        """Step the collector until ``total_frames``, yielding the learning batches of each vector step (one per update)."""
         credit = 0.0
         learns = self.selector.learns and self.updates_per_frame > 0
         for batch in self.collector:
@@ -146,9 +146,12 @@ class ExplorationDataModule(pl.LightningDataModule):
                     # One update per frame collected after the warm-up.
                     credit += min(step.numel(), self.frames - self.warmup_frames) * self.updates_per_frame
                     scale = self.storage.scale()
-                    while credit >= 1.0:
-                        credit -= 1.0
-                        yield self._learning_batch(scale)
+                    updates = int(credit)
+                    credit -= updates
+                    if updates:
+                        # One item per vector step (a Lightning training step): its updates
+                        # share Lightning's per-step overhead.
+                        yield [self._learning_batch(scale) for _ in range(updates)]
             if self.frames >= self.total_frames:
                 return
 
@@ -164,11 +167,11 @@ class _Stream(IterableDataset):
     def __init__(self, datamodule: ExplorationDataModule) -> None:
         self.datamodule = datamodule
 
-    def __iter__(self) -> Iterator[TensorDict]:
+    def __iter__(self) -> Iterator[list[TensorDict]]:
         return self.datamodule.stream()
 
 
-def _identity(batch: TensorDict) -> TensorDict:
+def _identity(batch: list[TensorDict]) -> list[TensorDict]:
     return batch
 
 

@@ -185,7 +185,8 @@ def test_trains_end_to_end_with_lightning():
     trainer = pl.Trainer(
         max_steps=15, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu"
     )
-    trainer.fit(module, DataLoader([batch] * 15, batch_size=None, collate_fn=lambda b: b))
+    # one item per training step: the list of its updates' batches (as ExplorationDataModule.stream yields)
+    trainer.fit(module, DataLoader([[batch]] * 15, batch_size=None, collate_fn=lambda b: b))
     assert module.updates == 15
     with torch.no_grad():
         q1, target1, _ = module.td_targets(batch, target_index=torch.arange(E))

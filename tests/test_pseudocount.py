@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from sun_lightning import native
 from sun_lightning.replay import pseudocount_native
 from sun_lightning.replay.pseudocount import RadiusPseudocount
 
@@ -537,29 +538,28 @@ def test_random_walk_long_against_reference(M):
 # --------------------------------------------------------------------------- native build
 def test_native_build_into_fresh_cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("SUN_LIGHTNING_CACHE_DIR", str(tmp_path))
-    cc = pseudocount_native._compiler()
-    src = pseudocount_native._SOURCE.read_bytes()
-    lib = pseudocount_native._build(cc, src)
+    cc = native.compiler("test")
+    src = pseudocount_native.LIBRARY.source.read_bytes()
+    lib = native.build("_pseudocount", cc, src)
     assert lib.parent == tmp_path and lib.exists()
     assert [p.name for p in tmp_path.iterdir()] == [lib.name]  # no temporary file left behind
     mtime = lib.stat().st_mtime_ns
-    assert pseudocount_native._build(cc, src) == lib and lib.stat().st_mtime_ns == mtime
+    assert native.build("_pseudocount", cc, src) == lib and lib.stat().st_mtime_ns == mtime
     # another source (or compiler, flags) gets another library
-    assert pseudocount_native._library_name(cc, src + b"\n/* edited */\n") != lib.name
+    assert native.library_name("_pseudocount", cc, src + b"\n/* edited */\n") != lib.name
 
 
 def test_native_build_without_compiler_says_so(tmp_path, monkeypatch):
-    monkeypatch.setattr(pseudocount_native, "_LIB", None)
+    monkeypatch.setattr(pseudocount_native.LIBRARY, "_lib", None)
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("CC", raising=False)
-    with pytest.raises(pseudocount_native.NativeError, match="C compiler"):
+    with pytest.raises(native.NativeError, match="RadiusPseudocount.*C compiler"):
         pseudocount_native.load_library()
 
 
 def _build_in(cache_dir):
     os.environ["SUN_LIGHTNING_CACHE_DIR"] = cache_dir
-    cc = pseudocount_native._compiler()
-    return str(pseudocount_native._build(cc, pseudocount_native._SOURCE.read_bytes()))
+    return str(pseudocount_native.LIBRARY.path())
 
 
 @pytest.mark.slow

@@ -46,6 +46,8 @@ class DQNSVF(SVFModule):
             ``rbf`` (running standardization + RBF layer) or ``auto`` (identity
             where counts are exact, RBF otherwise).
         rbf_centres: RBF tiles per input dimension.
+        native_rows: run Q's row part with the C row kernels on CPU (same maths; see
+            :mod:`sun_lightning.networks.rows`), else PyTorch ops.
     """
 
     def __init__(
@@ -65,6 +67,7 @@ class DQNSVF(SVFModule):
         init_std: float = 0.01,
         encoder: Literal["auto", "identity", "rbf"] = "auto",
         rbf_centres: int = 20,
+        native_rows: bool = True,
     ) -> None:
         super().__init__(goal_space)
         if not goal_space.discrete:
@@ -85,7 +88,8 @@ class DQNSVF(SVFModule):
         elif encoder != "identity":
             raise ValueError(f"unknown encoder {encoder!r}; use 'auto', 'identity' or 'rbf'")
         self.q = GoalQNetwork(
-            obs_width, goal_width, goal_space.num_actions, width, maxout_pieces, dropout, init_std, obs_encoder, goal_encoder
+            obs_width, goal_width, goal_space.num_actions, width, maxout_pieces, dropout, init_std, obs_encoder, goal_encoder,
+            native_rows,
         )
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
         if self.obs_stats is not None:
@@ -161,9 +165,14 @@ class DQNSVF(SVFModule):
         # the last step: those next states get rows of their own.
         extra = batch[keys.EPISODE_END].clone()
         extra[:, -1] = True
-        state_index = torch.cat([batch[keys.STATE_INDEX].flatten(), batch[keys.NEXT_STATE_INDEX][extra]])
-        goal_index = torch.cat([batch[keys.GOAL_INDEX].flatten(), batch[keys.GOAL_INDEX][extra]])
-        goal_action_rows = torch.cat([goal_action.flatten(), goal_action[extra]])
+        at = extra.flatten().nonzero().squeeze(1)  # once: each boolean-mask read would search again
+
+        def rows(x: torch.Tensor, extra_x: torch.Tensor) -> torch.Tensor:
+            return torch.cat([x.flatten(), extra_x.flatten().index_select(0, at)])
+
+        state_index = rows(batch[keys.STATE_INDEX], batch[keys.NEXT_STATE_INDEX])
+        goal_index = rows(batch[keys.GOAL_INDEX], batch[keys.GOAL_INDEX])
+        goal_action_rows = rows(goal_action, goal_action)
         states, goals = batch[keys.STATES], batch[keys.GOALS]
         column = goal_action_rows.view(-1, 1, 1).expand(-1, num_actions, 1)  # Q(·, ·, g_s, g_a) of each row
         q = q_fn(states, goals, dropout=True, obs_index=state_index, goal_index=goal_index).gather(-1, column).squeeze(-1)
@@ -173,8 +182,8 @@ class DQNSVF(SVFModule):
         q_seq = q[: n * t].view(n, t, num_actions)
         q_taken = q_seq.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         with torch.no_grad():
-            online_next = self._next_rows(q_seq.detach(), q[n * t :].detach(), extra)
-            target_next = self._next_rows(q_target[: n * t].view(n, t, num_actions), q_target[n * t :], extra)
+            online_next = self._next_rows(q_seq.detach(), q[n * t :].detach(), at)
+            target_next = self._next_rows(q_target[: n * t].view(n, t, num_actions), q_target[n * t :], at)
             bootstrap = double_q_bootstrap(online_next, target_next, hp.bootstrap_clip)
             next_action = torch.roll(action, -1, dims=1)
             cont = greedy_within(online_next, next_action, 1.0 - hp.gamma) & ~extra
@@ -183,13 +192,19 @@ class DQNSVF(SVFModule):
         return q_taken, target, cont
 
     @staticmethod
-    def _next_rows(seq: torch.Tensor, extra_rows: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
+    def _next_rows(seq: torch.Tensor, extra_rows: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+        """Values of each step's next state ``[N, T, A]``: row t + 1, or its own row at the flat positions ``at``."""
         nxt = torch.empty_like(seq)
         nxt[:, :-1] = seq[:, 1:]
-        nxt[extra] = extra_rows
-        return nxt
+        return nxt.view(-1, seq.shape[-1]).index_copy_(0, at, extra_rows).view_as(seq)
 
-    def training_step(self, batch: TensorDict, batch_idx: int) -> None:
+    def training_step(self, batches: list[TensorDict], batch_idx: int) -> None:
+        """The updates of one collected vector step: one per batch (``ExplorationDataModule.stream``)."""
+        for batch in batches:
+            self.update(batch)
+
+    def update(self, batch: TensorDict) -> None:
+        """One learner update: loss, backward, clipped AdamW step, Polyak step of the target."""
         loss, stats = self.loss(batch)
         opt = self.optimizers()
         opt.zero_grad(set_to_none=True)

@@ -1,0 +1,114 @@
+"""The C row kernels of Q (``networks/rows.py``) against the PyTorch row path, values and gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sun_lightning import native
+from sun_lightning.networks import rows
+from sun_lightning.networks.q_network import GoalQNetwork
+
+
+def pair(width: int, pieces: int, seed: int = 0) -> tuple[GoalQNetwork, GoalQNetwork]:
+    torch.manual_seed(seed)
+    fast = GoalQNetwork(6, 5, 3, width=width, maxout_pieces=pieces, init_std=0.3)
+    slow = GoalQNetwork(6, 5, 3, width=width, maxout_pieces=pieces, init_std=0.3, native_rows=False)
+    slow.load_state_dict(fast.state_dict())
+    return fast, slow
+
+
+def grads(net: GoalQNetwork, weight: torch.Tensor, *args, **kwargs) -> dict[str, torch.Tensor]:
+    net.zero_grad()
+    (net(*args, **kwargs) * weight).sum().backward()
+    return {name: p.grad.clone() for name, p in net.named_parameters()}
+
+
+@pytest.mark.parametrize("width,pieces", [(64, 4), (13, 3), (8, 1)])
+@pytest.mark.parametrize("indexed", ["both", "obs", "goal", "none"])
+def test_native_rows_match_the_pytorch_rows(width, pieces, indexed):
+    # width 13: the kernels' remainder loops (not a multiple of 8); 1 piece: the maxout is the identity
+    fast, slow = pair(width, pieces)
+    assert fast._use_native_rows(torch.zeros(1, width), torch.zeros(1, width))
+    rows_n = 50
+    states, goals = torch.randn(12, 6), torch.randn(7, 5)
+    i, j = torch.randint(12, (rows_n,)), torch.randint(7, (rows_n,))
+    kwargs = {}
+    if indexed in ("both", "obs"):
+        kwargs["obs_index"] = i
+    else:
+        states = states[i]
+    if indexed in ("both", "goal"):
+        kwargs["goal_index"] = j
+    else:
+        goals = goals[j]
+    with torch.no_grad():
+        torch.testing.assert_close(fast(states, goals, **kwargs), slow(states, goals, **kwargs))
+    weight = torch.randn(rows_n, 3, 3)
+    g_fast, g_slow = grads(fast, weight, states, goals, **kwargs), grads(slow, weight, states, goals, **kwargs)
+    for name in g_slow:
+        torch.testing.assert_close(g_fast[name], g_slow[name], rtol=1e-4, atol=1e-5, msg=name)
+    # the same random dropout masks (same draws from torch's generator) give the same values
+    torch.manual_seed(3)
+    a = fast(states, goals, dropout=True, **kwargs)
+    torch.manual_seed(3)
+    torch.testing.assert_close(a, slow(states, goals, dropout=True, **kwargs))
+
+
+def test_native_rows_backward_through_inputs():
+    # gradients reach the encoder inputs through the gathered tables (scatter-add of repeated rows)
+    fast, slow = pair(16, 4)
+    states, goals = torch.randn(5, 6), torch.randn(3, 5)
+    i, j = torch.tensor([0, 0, 4, 2, 0, 1]), torch.tensor([2, 2, 2, 0, 1, 1])
+    out = []
+    for net in (fast, slow):
+        s, g = states.clone().requires_grad_(), goals.clone().requires_grad_()
+        net(s, g, obs_index=i, goal_index=j).square().sum().backward()
+        out.append((s.grad, g.grad))
+    torch.testing.assert_close(out[0], out[1], rtol=1e-4, atol=1e-6)
+
+
+def test_native_rows_are_deterministic():
+    fast, _ = pair(64, 4)
+    states, goals = torch.randn(40, 6), torch.randn(9, 5)
+    i, j = torch.randint(40, (300,)), torch.randint(9, (300,))
+    weight = torch.randn(300, 3, 3)
+    first, second = grads(fast, weight, states, goals, obs_index=i, goal_index=j), grads(
+        fast, weight, states, goals, obs_index=i, goal_index=j)
+    assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_out_of_range_row_index_is_an_error():
+    fast, _ = pair(8, 2)
+    with pytest.raises(IndexError, match="row index out of range: tables of 4 states and 3 goals"):
+        fast(torch.randn(4, 6), torch.randn(3, 5), obs_index=torch.tensor([0, 4]), goal_index=torch.tensor([0, 1]))
+    with pytest.raises(IndexError, match="out of range"):
+        fast(torch.randn(4, 6), torch.randn(3, 5), obs_index=torch.tensor([0, 1]), goal_index=torch.tensor([-1, 1]))
+
+
+def test_mismatched_rows_are_an_error():
+    fast, _ = pair(8, 2)
+    with pytest.raises(ValueError, match="rows disagree"):
+        fast(torch.randn(4, 6), torch.randn(3, 5))
+
+
+def test_without_a_compiler_the_pytorch_path_runs_with_a_warning(tmp_path, monkeypatch):
+    monkeypatch.setattr(rows.LIBRARY, "_lib", None)
+    monkeypatch.setattr(rows, "_available", None)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("SUN_LIGHTNING_CACHE_DIR", str(tmp_path))  # nothing cached there either
+    fast, slow = pair(8, 2)
+    states, goals = torch.randn(4, 6), torch.randn(4, 5)
+    with pytest.warns(UserWarning, match="(?s)row-kernel library.*C compiler.*PyTorch row path"):
+        out = fast(states, goals)
+    torch.testing.assert_close(out, slow(states, goals))
+    with pytest.raises(native.NativeError):
+        rows.LIBRARY.load()
+
+
+def test_batched_inputs_take_the_pytorch_path():
+    fast, slow = pair(8, 2)
+    states, goals = torch.randn(2, 4, 6), torch.randn(2, 4, 5)  # leading batch dims: not the row kernels' layout
+    assert not fast._use_native_rows(torch.zeros(2, 4, 8), torch.zeros(2, 4, 8))
+    torch.testing.assert_close(fast(states, goals), slow(states, goals))
