@@ -200,4 +200,5 @@ def test_table_forward_gradients_equal_the_concatenation_architecture():
     pieces = net.maxout.linear(torch.cat([f_s, f_g, f_s * f_g], -1)).unflatten(-1, (net.maxout.pieces, -1))
     (net.head(pieces.max(-2).values).view(40, 3, 3) * weight).sum().backward()
     for name, p in net.named_parameters():
-        torch.testing.assert_close(fast[name], p.grad, msg=name)
+        # two float32 computation orders (and the kernels' polynomial exp): 1e-5 relative
+        torch.testing.assert_close(fast[name], p.grad, rtol=1e-5, atol=1e-5, msg=name)

@@ -48,11 +48,12 @@ def test_native_rows_match_the_pytorch_rows(width, pieces, indexed):
     g_fast, g_slow = grads(fast, weight, states, goals, **kwargs), grads(slow, weight, states, goals, **kwargs)
     for name in g_slow:
         torch.testing.assert_close(g_fast[name], g_slow[name], rtol=1e-4, atol=1e-5, msg=name)
-    # the same random dropout masks (same draws from torch's generator) give the same values
+    # the branches' dropout draws its own stream: the same torch seed gives the same values
     torch.manual_seed(3)
     a = fast(states, goals, dropout=True, **kwargs)
     torch.manual_seed(3)
-    torch.testing.assert_close(a, slow(states, goals, dropout=True, **kwargs))
+    assert torch.equal(a, fast(states, goals, dropout=True, **kwargs))
+    assert not torch.equal(a, fast(states, goals, **kwargs))
 
 
 def test_native_rows_backward_through_inputs():
@@ -112,3 +113,35 @@ def test_batched_inputs_take_the_pytorch_path():
     states, goals = torch.randn(2, 4, 6), torch.randn(2, 4, 5)  # leading batch dims: not the row kernels' layout
     assert not fast._use_native_rows(torch.zeros(2, 4, 8), torch.zeros(2, 4, 8))
     torch.testing.assert_close(fast(states, goals), slow(states, goals))
+
+
+@pytest.mark.parametrize("p", [0.0, 0.1, 0.5])
+def test_branch_kernel_is_silu_of_dropout_of_layernorm(p):
+    torch.manual_seed(0)
+    ln = torch.nn.LayerNorm(13, bias=False)
+    with torch.no_grad():
+        ln.weight.uniform_(0.5, 1.5)
+    h = (torch.randn(40, 13) * 3).requires_grad_()
+    seed = 123456789012345
+    out = rows.branch_forward(h, ln, p, seed)
+    weight = torch.randn(40, 13)
+    (out * weight).sum().backward()
+    got = (h.grad.clone(), ln.weight.grad.clone())
+    h.grad, ln.weight.grad = None, None
+    mask = rows.branch_dropout_mask((40, 13), p, seed) if p else torch.ones(40, 13)
+    ref = torch.nn.functional.silu(ln(h) * mask)
+    (ref * weight).sum().backward()
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got, (h.grad, ln.weight.grad), rtol=1e-4, atol=1e-5)
+    with torch.no_grad():
+        torch.testing.assert_close(rows.branch_forward(h, ln, p, seed), out)
+
+
+def test_branch_dropout_mask_rate_scale_and_seeds():
+    mask = rows.branch_dropout_mask((2000, 100), 0.1, 7)
+    assert abs((mask == 0).float().mean().item() - 0.1) < 0.003
+    assert torch.allclose(mask[mask > 0], torch.tensor(1 / 0.9))
+    other = rows.branch_dropout_mask((2000, 100), 0.1, 8)
+    assert torch.equal(mask, rows.branch_dropout_mask((2000, 100), 0.1, 7))
+    agree = ((mask == 0) == (other == 0)).float().mean().item()
+    assert abs(agree - (0.9**2 + 0.1**2)) < 0.003  # independent streams across seeds

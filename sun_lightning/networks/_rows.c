@@ -201,3 +201,101 @@ void rows_gather_backward(int64_t R, int64_t W, int64_t PW, const int64_t *oi,
                                g_pre_s, g_pre_g, g_f_s, g_f_g};
     gather_bwd_sides(&a);
 }
+
+/* ---- the state and goal branches: f = SiLU(dropout(LayerNorm(h) · ln_w)) ---------------------
+ * Dropout keeps an element when 16 bits of a counter-based hash of (seed, element index) are
+ * >= threshold (p quantized to 1/65536) and scales it by 1 / (1 - p).  Being a function of the
+ * index, the mask is recomputed in the backward instead of stored, and does not depend on the
+ * order in which rows are visited.  threshold <= 0 means no dropout. */
+static inline uint32_t mix32(uint32_t x) {
+    x ^= x >> 16; x *= 0x7feb352dU;
+    x ^= x >> 15; x *= 0x846ca68bU;
+    x ^= x >> 16;
+    return x;
+}
+
+/* exp(x) for the sigmoid, branch-free so that it vectorizes: 2^n · p(r) with r in
+ * [-ln2/2, ln2/2] and a degree-6 polynomial (relative error ~2e-7); x is clamped to
+ * [-87, 88], where the sigmoid is 0 or 1 to float precision anyway. */
+static inline float exp_approx(float x) {
+    x = x < -87.f ? -87.f : x;
+    x = x > 88.f ? 88.f : x;
+    const int32_t k = (int32_t)(x * 1.44269504f + 128.5f) - 128;  /* nearest: the sum is > 0 */
+    const float n = (float)k;
+    const float r = (x - n * 0.693145752f) - n * 1.42860677e-6f;
+    float p = 1.f / 720.f;
+    p = p * r + 1.f / 120.f;
+    p = p * r + 1.f / 24.f;
+    p = p * r + 1.f / 6.f;
+    p = p * r + 0.5f;
+    p = p * r + 1.f;
+    p = p * r + 1.f;
+    const union { int32_t i; float f; } scale = {.i = (k + 127) << 23};
+    return p * scale.f;
+}
+
+static inline void dropout_row(int64_t r, int64_t W, uint32_t k0, uint32_t k1, int threshold,
+                               float keep_scale, float *restrict m) {
+    if (threshold <= 0) {
+        for (int64_t u = 0; u < W; ++u) m[u] = 1.f;
+        return;
+    }
+    for (int64_t u = 0; u < W; ++u) {
+        const uint32_t h = mix32(mix32((uint32_t)(r * W + u) ^ k0) ^ k1);
+        m[u] = (int)(h >> 16) >= threshold ? keep_scale : 0.f;
+    }
+}
+
+void branch_forward(int64_t R, int64_t W, const float *h_in, const float *ln_w, float eps,
+                    uint64_t seed, int threshold, float keep_scale, float *restrict out,
+                    float *restrict xhat, float *restrict rstd) {
+    float d[W], t[W], m[W];
+    const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int64_t r = 0; r < R; ++r) {
+        const float *restrict h = h_in + r * W;
+        const float mean = sum8(h, W) / (float)W;
+        for (int64_t u = 0; u < W; ++u) { d[u] = h[u] - mean; t[u] = d[u] * d[u]; }
+        const float rs = 1.f / sqrtf(sum8(t, W) / (float)W + eps);
+        for (int64_t u = 0; u < W; ++u) d[u] *= rs;
+        if (rstd) rstd[r] = rs;
+        if (xhat) memcpy(xhat + r * W, d, (size_t)W * sizeof(float));
+        dropout_row(r, W, k0, k1, threshold, keep_scale, m);
+        float *restrict o = out + r * W;
+        for (int64_t u = 0; u < W; ++u) {
+            const float y = d[u] * ln_w[u] * m[u];
+            o[u] = y / (1.f + exp_approx(-y));
+        }
+    }
+}
+
+/* Backward of branch_forward: grad_h [R, W] and grad_w[u] += Σ_r (dL/d(LN out)) · xhat. */
+void branch_backward(int64_t R, int64_t W, const float *grad_out, const float *xhat,
+                     const float *rstd, const float *ln_w, uint64_t seed, int threshold,
+                     float keep_scale, float *restrict grad_h, float *restrict grad_w) {
+    float m[W], dxh[W], t[W];
+    const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int64_t r = 0; r < R; ++r) {
+        const float *restrict g = grad_out + r * W, *restrict xh = xhat + r * W;
+        dropout_row(r, W, k0, k1, threshold, keep_scale, m);
+        for (int64_t u = 0; u < W; ++u) {
+            const float y = xh[u] * ln_w[u] * m[u];
+            const float s = 1.f / (1.f + exp_approx(-y));
+            const float dn = g[u] * (s * (1.f + y * (1.f - s))) * m[u];  /* d loss / d (LN out) */
+            grad_w[u] += dn * xh[u];
+            dxh[u] = dn * ln_w[u];
+        }
+        const float s1 = sum8(dxh, W) / (float)W;
+        for (int64_t u = 0; u < W; ++u) t[u] = dxh[u] * xh[u];
+        const float s2 = sum8(t, W) / (float)W;
+        const float rs = rstd[r];
+        float *restrict o = grad_h + r * W;
+        for (int64_t u = 0; u < W; ++u) o[u] = rs * (dxh[u] - s1 - xh[u] * s2);
+    }
+}
+
+/* The dropout mask branch_forward applies (for tests and inspection). */
+void branch_dropout_mask(int64_t R, int64_t W, uint64_t seed, int threshold, float keep_scale,
+                         float *restrict out) {
+    const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int64_t r = 0; r < R; ++r) dropout_row(r, W, k0, k1, threshold, keep_scale, out + r * W);
+}

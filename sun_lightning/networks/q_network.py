@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from sun_lightning.networks.rows import native_rows_available, rows_forward
+from sun_lightning.networks.rows import branch_forward, native_rows_available, rows_forward
 
 
 class _PieceMax(torch.autograd.Function):
@@ -38,6 +38,18 @@ class _PieceMax(torch.autograd.Function):
         return mask.mul_(grad.unsqueeze(-2))
 
 
+def _native_ok(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether the C row kernels apply: 2-D float32 CPU rows, not under ``vmap``, library built."""
+    return (
+        x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and x.dim() == 2
+        and not _is_batched(x)
+        and not _is_batched(weight)
+        and native_rows_available()
+    )
+
+
 def _is_batched(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` is a vmap batched tensor (functorch has no public test for it)."""
     return torch._C._functorch.is_batchedtensor(tensor)
@@ -66,14 +78,18 @@ class Maxout(nn.Module):
 class Branch(nn.Module):
     """Linear → LayerNorm → Dropout → SiLU, the state and goal branches of Q."""
 
-    def __init__(self, in_features: int, width: int, dropout: float) -> None:
+    def __init__(self, in_features: int, width: int, dropout: float, native: bool = False) -> None:
         super().__init__()
         self.linear = nn.Linear(in_features, width, bias=False)
         self.norm = nn.LayerNorm(width, bias=False)
-        self.dropout = dropout
+        self.dropout, self.native = dropout, native
 
     def forward(self, x: torch.Tensor, dropout: bool) -> torch.Tensor:
-        h = self.norm(self.linear(x))
+        h = self.linear(x)
+        if self.native and _native_ok(h, self.norm.weight):
+            # LayerNorm → dropout → SiLU in one C pass (its own dropout stream, same rate)
+            return branch_forward(h, self.norm, self.dropout if dropout else 0.0)
+        h = self.norm(h)
         if dropout and self.dropout > 0:
             h = h * dropout_mask(h.shape, self.dropout, h.device)
         return F.silu(h)
@@ -110,9 +126,10 @@ class GoalQNetwork(nn.Module):
         dropout: dropout probability of the branches.
         init_std: std of the normal weight initialisation.
         obs_encoder, goal_encoder: modules applied to s and g_s first (identity if None).
-        native_rows: run the row part (fusion, maxout, head) with the C row kernels of
-            :mod:`~sun_lightning.networks.rows` on CPU (same maths, several times fewer
-            memory passes); PyTorch ops otherwise, and always on GPU or under ``vmap``.
+        native_rows: run the branches' LayerNorm → dropout → SiLU and the row part (fusion,
+            maxout, head) with the C row kernels of :mod:`~sun_lightning.networks.rows` on CPU
+            (same maths, several times fewer memory passes and ops; the branches' dropout draws
+            its own mask stream); PyTorch ops otherwise, and always on GPU or under ``vmap``.
     """
 
     def __init__(
@@ -133,8 +150,8 @@ class GoalQNetwork(nn.Module):
         self.native_rows = native_rows
         self.obs_encoder = obs_encoder or nn.Identity()
         self.goal_encoder = goal_encoder or nn.Identity()
-        self.state_branch = Branch(obs_dim, width, dropout)
-        self.goal_branch = Branch(goal_dim, width, dropout)
+        self.state_branch = Branch(obs_dim, width, dropout, native_rows)
+        self.goal_branch = Branch(goal_dim, width, dropout, native_rows)
         self.maxout = Maxout(3 * width, width, maxout_pieces)
         self.head = nn.Sequential(
             nn.LayerNorm(width, bias=False),
@@ -197,12 +214,4 @@ class GoalQNetwork(nn.Module):
         return q.unflatten(-1, (self.num_actions, self.num_actions))
 
     def _use_native_rows(self, f_s: torch.Tensor, f_g: torch.Tensor) -> bool:
-        return (
-            self.native_rows
-            and f_s.device.type == "cpu"
-            and f_s.dtype == f_g.dtype == torch.float32
-            and f_s.dim() == f_g.dim() == 2
-            and not _is_batched(f_s)
-            and not _is_batched(self.maxout.linear.weight)
-            and native_rows_available()
-        )
+        return self.native_rows and f_g.dtype == f_s.dtype and f_g.dim() == 2 and _native_ok(f_s, self.maxout.linear.weight)

@@ -1,4 +1,4 @@
-"""The row part of Q (fusion → maxout → head) as one autograd function over C row kernels.
+"""Q's row part (fusion → maxout → head) and its branches' activations as autograd functions over C row kernels.
 
 On CPU an update of the DQN variant (SPEC §5a: 2 048 rows, width 64, 4 maxout pieces) spent
 more time in memory-bound passes over ``[rows, 4 · width]`` tensors (row gathers and their
@@ -24,9 +24,9 @@ from torch.autograd.function import once_differentiable
 
 from sun_lightning.native import NativeError, NativeLibrary
 
-__all__ = ["native_rows_available", "rows_forward"]
+__all__ = ["branch_forward", "native_rows_available", "rows_forward"]
 
-_p, _int, _i64, _f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
+_p, _int, _i64, _u64, _f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float
 # Selects compile to blends only without trapping math; AVX2 where PyTorch itself uses it
 # (the flags name the cached build, so machines sharing a cache never load each other's).
 _FLAGS = ("-fno-trapping-math", "-fno-math-errno") + (
@@ -38,6 +38,9 @@ LIBRARY = NativeLibrary(
         "rows_norm_act": ([_i64, _i64, _i64, _p, _p, _f32, _f32, _p, _p, _p], None),
         "rows_norm_act_backward": ([_i64, _i64, _i64, _p, _p, _p, _p, _p, _f32, _p, _p], None),
         "rows_gather_backward": ([_i64, _i64, _i64, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p], None),
+        "branch_forward": ([_i64, _i64, _p, _p, _f32, _u64, _int, _f32, _p, _p, _p], None),
+        "branch_backward": ([_i64, _i64, _p, _p, _p, _p, _u64, _int, _f32, _p, _p], None),
+        "branch_dropout_mask": ([_i64, _i64, _u64, _int, _f32, _p], None),
     },
     "The Q network's row-kernel library (_rows.c)",
     _FLAGS,
@@ -164,3 +167,62 @@ def rows_forward(
     # named for the profiler: ctypes calls are no aten ops, and benchmarks attribute time by op
     with torch.no_grad(), torch.profiler.record_function("sun_lightning::rows_forward"):
         return _forward(*args, save=False)[0]
+
+
+# ---- the branches: SiLU(dropout(LayerNorm(h))) -------------------------------------------------
+class _Branch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h, ln_w, eps, seed, threshold, keep_scale):
+        out, xhat, rstd = torch.empty_like(h), torch.empty_like(h), h.new_empty(h.shape[0])
+        LIBRARY.load().branch_forward(h.shape[0], h.shape[1], h.data_ptr(), ln_w.data_ptr(), eps, seed, threshold,
+                                      keep_scale, out.data_ptr(), xhat.data_ptr(), rstd.data_ptr())
+        ctx.save_for_backward(xhat, rstd, ln_w)
+        ctx.dropout = (seed, threshold, keep_scale)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        xhat, rstd, ln_w = ctx.saved_tensors
+        grad_out = grad_out.contiguous()
+        grad_h, grad_w = torch.empty_like(xhat), torch.zeros_like(ln_w)
+        LIBRARY.load().branch_backward(xhat.shape[0], xhat.shape[1], grad_out.data_ptr(), xhat.data_ptr(),
+                                       rstd.data_ptr(), ln_w.data_ptr(), *ctx.dropout, grad_h.data_ptr(),
+                                       grad_w.data_ptr())
+        return grad_h, grad_w, None, None, None, None
+
+
+def dropout_threshold(p: float) -> int:
+    """16-bit threshold of the kernels' dropout: an element is dropped with probability ``threshold / 65536`` ≈ p."""
+    return round(p * 65536)
+
+
+def branch_dropout_mask(shape: tuple[int, int], p: float, seed: int) -> torch.Tensor:
+    """The mask (0 or 1 / (1 − p)) that :func:`branch_forward` applies with ``seed``."""
+    out = torch.empty(shape)
+    LIBRARY.load().branch_dropout_mask(shape[0], shape[1], seed, dropout_threshold(p), 1.0 / (1.0 - p), out.data_ptr())
+    return out
+
+
+def branch_forward(h: torch.Tensor, ln: torch.nn.LayerNorm, p: float, seed: int | None = None) -> torch.Tensor:
+    """``SiLU(dropout_p(LayerNorm(h)))`` of ``h [U, W]`` (the branches of SPEC §5a after their linear map).
+
+    The dropout mask is a hash of (seed, element) (:func:`branch_dropout_mask`), p quantized to
+    1/65536 like ``q_network.dropout_mask``; the seed is drawn from torch's generator by default,
+    so ``torch.manual_seed`` fixes the masks. ``p = 0``: no dropout.
+    """
+    threshold = dropout_threshold(p) if p > 0 else 0
+    if threshold and seed is None:
+        seed = int(torch.randint(0, 2**62, (1,)).item())
+    args = (h.contiguous(), ln.weight, ln.eps, seed or 0, threshold, 1.0 / (1.0 - p) if threshold else 1.0)
+    if torch.is_grad_enabled() and (h.requires_grad or ln.weight.requires_grad):
+        return _Branch.apply(*args)
+    with torch.no_grad(), torch.profiler.record_function("sun_lightning::branch_forward"):
+        return _branch_nograd(*args)
+
+
+def _branch_nograd(h, ln_w, eps, seed, threshold, keep_scale):
+    out = torch.empty_like(h)
+    LIBRARY.load().branch_forward(h.shape[0], h.shape[1], h.data_ptr(), ln_w.data_ptr(), eps, seed, threshold,
+                                  keep_scale, out.data_ptr(), None, None)
+    return out
