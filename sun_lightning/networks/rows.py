@@ -7,10 +7,12 @@ scatter-add backward, the maxout's max and mask, LayerNorms, activations) and in
 (``_rows.c``, built on first use by :mod:`sun_lightning.native`) and the matrix products stay
 PyTorch's: forward and backward are each a handful of calls.
 
-The maths is exactly the :class:`~sun_lightning.networks.q_network.GoalQNetwork` row path:
-``pre = pre_s[oi] + pre_g[gi] + (f_s[oi] ⊙ f_g[gi]) W_pᵀ``; ``h = max over pieces``;
-``a1 = leaky(LN(h))``; ``a2 = leaky(LN(a1 W2ᵀ))``; ``out = a2 W3ᵀ + b3``. Tests compare both
-paths' outputs and gradients.
+The maths is exactly the :class:`~sun_lightning.networks.q_network.GoalQNetwork` PyTorch path:
+branches ``f = SiLU(dropout(LN(x Wᵀ)))``; rows ``pre = pre_s[oi] + pre_g[gi] + (f_s[oi] ⊙ f_g[gi]) W_pᵀ``;
+``h = max over pieces``; ``a1 = leaky(LN(h))``; ``a2 = leaky(LN(a1 W2ᵀ))``; ``out = a2 W3ᵀ + b3``
+(tests compare both paths' outputs and gradients). Only the dropout masks differ: the kernels
+draw their own stream. Measured gain per update (README): 1.04–1.06× at 2 torch threads (the
+kernels are single-threaded, PyTorch's elementwise ops are not), 1.17–1.19× at 1 thread.
 """
 
 from __future__ import annotations
