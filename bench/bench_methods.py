@@ -28,7 +28,7 @@ def main() -> None:
     fps = {}
     for name, method in NAMES.items():
         cli = build(args.frames, args.warmup, "", args.num_envs, args.config, method_args(method))
-        seconds, frames = time_loop(cli, args.warmup)
+        seconds, frames, _, _ = time_loop(cli, args.warmup)
         fps[name] = frames / seconds
     print(f"\n{args.config}: {args.frames} learning frames after {args.warmup} warm-up frames, {args.num_envs} envs")
     for name, value in fps.items():

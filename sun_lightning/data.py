@@ -150,17 +150,18 @@ class ExplorationDataModule(pl.LightningDataModule):
                     credit -= updates
                     if updates:
                         # One item per vector step (a Lightning training step): its updates
-                        # share Lightning's per-step overhead.
-                        yield [self._learning_batch(scale) for _ in range(updates)]
+                        # share Lightning's per-step overhead and one draw of their batches.
+                        yield self._learning_batches(scale, updates)
             if self.frames >= self.total_frames:
                 return
 
-    def _learning_batch(self, scale: torch.Tensor | None) -> TensorDict:
-        """One update's batch; ensembles get one independent batch per member, stacked ``[E]``."""
+    def _learning_batches(self, scale: torch.Tensor | None, updates: int) -> list[TensorDict]:
+        """The batches of ``updates`` updates, drawn at once; ensembles get one independent batch per member, stacked ``[E]``."""
         members = getattr(self._learner, "batches_per_update", 1)
-        if members == 1:
-            return self.sampler.sample(self.storage, scale)
-        return torch.stack([self.sampler.sample(self.storage, scale) for _ in range(members)])
+        batches = self.sampler.sample(self.storage, scale, count=updates * members)
+        if members > 1:
+            batches = batches.reshape(updates, members)
+        return list(batches.unbind(0))
 
 
 class _Stream(IterableDataset):

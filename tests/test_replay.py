@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from helpers import THREE_ROOM, filled_storage
@@ -55,8 +56,30 @@ def test_segmented_batch_layout_rewards_and_goals():
     actions = torch.randint(0, 4, (steps * num_envs,), generator=g).tolist()
     storage = filled_storage(tiles, actions, num_envs=num_envs, capacity=1000)
     sampler = SegmentedHindsightSampler()
-    batch = sampler.sample(storage, generator=g)
-    assert batch[keys.ACTION].shape == (128, 16) and sampler.rows == 2048
+    check_segmented_batch(sampler.sample(storage, generator=g))
+    assert sampler.rows == 2048
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_several_batches_in_one_draw_are_each_a_batch(count):
+    g = torch.Generator().manual_seed(1)
+    num_envs, steps = 2, 200
+    tiles = torch.randint(0, 72, (steps * num_envs,), generator=g).tolist()
+    actions = torch.randint(0, 4, (steps * num_envs,), generator=g).tolist()
+    storage = filled_storage(tiles, actions, num_envs=num_envs, capacity=1000)
+    batches = SegmentedHindsightSampler().sample(storage, generator=g, count=count)
+    assert batches.batch_size == (count,)
+    for batch in batches.unbind(0):
+        check_segmented_batch(batch)
+    if count > 1:  # independent draws, not copies
+        assert not torch.equal(batches[0][keys.STATES], batches[1][keys.STATES])
+    with pytest.raises(ValueError, match="count must be positive"):
+        SegmentedHindsightSampler().sample(storage, count=0)
+
+
+def check_segmented_batch(batch):
+    """Layout, positives, rewards and negatives of one 16 × 16 × 4 × 2 batch over 72 tiles."""
+    assert batch[keys.ACTION].shape == (128, 16)
     assert batch[keys.STATES].shape == (2 * 256, 72) and batch[keys.GOALS].shape == (256 + 64, 72)
 
     def rows(key, index_key):

@@ -205,7 +205,7 @@ class GoalQNetwork(nn.Module):
         # not the matmuls, dominate an update on CPU. Neither op's backward
         # needs the overwritten values.
         pre = pre_s.add_(pre_g) if pre_s.shape == pre_g.shape else pre_s + pre_g
-        if pre.dim() == 2:
+        if pre.dim() == 2 and not _is_batched(pre):  # vmap has no batching rule for addmm_ (slow fallback)
             pre = pre.addmm_(f_s * f_g, w_p.t())  # accumulates in the GEMM: no copy of pre
         else:
             pre = pre + F.linear(f_s * f_g, w_p)

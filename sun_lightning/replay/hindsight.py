@@ -47,51 +47,69 @@ class SegmentedHindsightSampler:
     def rows(self) -> int:
         return self.num_sequences * self.length * self.copies
 
-    def sample(self, storage: GoalReplayStorage, scale: torch.Tensor | None = None, generator: torch.Generator | None = None) -> TensorDict:
-        """A relabelled batch.
+    def sample(
+        self,
+        storage: GoalReplayStorage,
+        scale: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        count: int | None = None,
+    ) -> TensorDict:
+        """A relabelled batch, or ``count`` independent batches stacked ``[count]``.
 
         Row keys ``[N, T]`` (N = num_sequences × copies, ordered run-major, then
         relabelling, then positive/negative): ACTION, GOAL_ACTION, REWARD,
         TERMINATED, EPISODE_END, STATE_INDEX, NEXT_STATE_INDEX, GOAL_INDEX.
         Tables: STATES ``[2·S·T, obs_dim]`` (the runs' states, then their
         stored next states) and GOALS ``[S·T + S·R, goal_dim]`` (the runs'
-        achieved goals, then the negatives).
+        achieved goals, then the negatives). Indices point into their own
+        batch's tables.
+
+        Drawing several batches in one call costs about as much as one: the
+        ~100 small ops of a draw are dispatch-bound, not data-bound.
 
         Args:
             storage: the replay storage.
             scale: goal standardization σ̃ for the ``"radius"`` reach rule.
             generator: random generator (defaults to torch's global one).
+            count: number of batches (``None``: one, without the leading dimension).
         """
-        space, s, t, r = storage.space, self.num_sequences, self.length, self.relabels
-        seq = storage.get(storage.sequence_index(s, t, generator))
-        obs, action, end = seq[keys.OBS], seq[keys.ACTION], seq[keys.EPISODE_END]
+        k = 1 if count is None else count
+        if k <= 0:
+            raise ValueError(f"count must be positive, got {count}")
+        space, s, t, r, c = storage.space, self.num_sequences, self.length, self.relabels, self.copies
+        seq = storage.get(storage.sequence_index(k * s, t, generator))
+        obs, action, end = seq[keys.OBS], seq[keys.ACTION], seq[keys.EPISODE_END]  # [k·s, t]
         achieved = space.project(obs)
         device = action.device
-        step = torch.arange(s * t, device=device).view(s, 1, t)  # position of (run, step) in the tables
+        step = torch.arange(s * t, device=device).view(1, s, 1, t)  # position of (run, step) in its batch's tables
 
-        cut = sample_segment_goal_index(end.repeat_interleave(r, 0), generator).view(s, r, t)
-        goal_index = step[:, :, :1] + cut  # the achieved goal of the cut step, in the goal table
-        goal_action = torch.gather(action.unsqueeze(1).expand(s, r, t), 2, cut)
-        goals = achieved.flatten(0, 1)
+        cut = sample_segment_goal_index(end.repeat_interleave(r, 0), generator).view(k, s, r, t)
+        goal_index = step[..., :1] + cut  # the achieved goal of the cut step, in the goal table
+        goal_action = torch.gather(action.view(k, s, 1, t).expand(k, s, r, t), 3, cut)
+        goals = achieved.reshape(k, s * t, -1)
         if self.negatives:
-            neg = storage.get(storage.sample_index((s, r), generator), (keys.OBS, keys.ACTION))
-            neg_index = s * t + torch.arange(s * r, device=device).view(s, r, 1).expand(s, r, t)
-            goal_index = torch.stack([goal_index, neg_index], 2)
-            goal_action = torch.stack([goal_action, neg[keys.ACTION].unsqueeze(2).expand(s, r, t)], 2)
-            goals = torch.cat([goals, space.project(neg[keys.OBS]).flatten(0, 1)])
-        c = self.copies
-        goal_index, goal_action = goal_index.reshape(s * c, t), goal_action.reshape(s * c, t)
+            neg = storage.get(storage.sample_index((k, s, r), generator), (keys.OBS, keys.ACTION))
+            neg_index = s * t + torch.arange(s * r, device=device).view(1, s, r, 1).expand(k, s, r, t)
+            goal_index = torch.stack([goal_index, neg_index], 3)
+            goal_action = torch.stack([goal_action, neg[keys.ACTION].unsqueeze(3).expand(k, s, r, t)], 3)
+            goals = torch.cat([goals, space.project(neg[keys.OBS]).reshape(k, s * r, -1)], 1)
+        goal_index, goal_action = goal_index.reshape(k, s * c, t), goal_action.reshape(k, s * c, t)
 
         def rows(x: torch.Tensor) -> torch.Tensor:
-            # [s, t] -> [s * copies, t]: one row per relabelled copy of each run.
-            return x.unsqueeze(1).expand(s, c, t).reshape(s * c, t)
+            # [k·s, t] -> [k, s · copies, t]: one row per relabelled copy of each run.
+            return x.view(k, s, 1, t).expand(k, s, c, t).reshape(k, s * c, t)
 
-        state_index = rows(step.view(s, t))
+        state_index = step.expand(k, s, c, t).reshape(k, s * c, t)
         act = rows(action)
-        reward = goal_reached(space, achieved.flatten(0, 1), act, goals, goal_action, scale, state_index, goal_index)
-        return TensorDict(
+        # Rewards from the flattened tables of all k batches, each batch's rows offset to its own.
+        batch = torch.arange(k, device=device).view(k, 1, 1)
+        reward = goal_reached(
+            space, achieved.flatten(0, 1), act, goals.flatten(0, 1), goal_action, scale,
+            state_index + batch * (s * t), goal_index + batch * goals.shape[1],
+        )
+        out = TensorDict(
             {
-                keys.STATES: torch.cat([obs.flatten(0, 1), seq[keys.NEXT_OBS].flatten(0, 1)]),
+                keys.STATES: torch.cat([obs.reshape(k, s * t, -1), seq[keys.NEXT_OBS].reshape(k, s * t, -1)], 1),
                 keys.GOALS: goals,
                 keys.STATE_INDEX: state_index,
                 keys.NEXT_STATE_INDEX: state_index + s * t,
@@ -102,5 +120,6 @@ class SegmentedHindsightSampler:
                 keys.TERMINATED: rows(seq[keys.TERMINATED]),
                 keys.EPISODE_END: rows(end),
             },
-            batch_size=[],
+            batch_size=[k],
         )
+        return out if count is not None else out[0]
