@@ -11,49 +11,14 @@
  *   pre [R, P*W]   piece-major: piece p of unit u at p*W + u
  *   xhat [R, W]    normalized pre-affine LayerNorm input, rstd [R]
  * Built with -fno-trapping-math (sun_lightning/native.py) so that the selects below compile
- * to blends instead of branches on random signs; the summation order is fixed by hand. 
+ * to blends instead of branches on random signs; the summation order is fixed by hand.
  * Index arrays are int64; NULL means the identity (row r reads table row r).
  */
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
 
-
 #define ROW(ix, r) ((ix) ? (ix)[r] : (int64_t)(r))
-
-/* pre[r] = pre_s[oi[r]] + pre_g[gi[r]];  prod[r] = f_s[oi[r]] * f_g[gi[r]].
- * Returns 0, or -1 (writing nothing) if an index is outside [0, NS) or [0, NG). */
-typedef struct {
-    int64_t W, PW;
-    const int64_t *oi, *gi;
-    const float *pre_s, *pre_g, *f_s, *f_g;
-    float *pre, *prod;
-} gather_args;
-
-static void gather_rows(const gather_args *a, int64_t R) {
-    const int64_t W = a->W, PW = a->PW;
-    for (int64_t r = 0; r < R; ++r) {
-        const int64_t s = ROW(a->oi, r), g = ROW(a->gi, r);
-        const float *restrict x = a->pre_s + s * PW, *restrict y = a->pre_g + g * PW;
-        float *restrict o = a->pre + r * PW;
-        for (int64_t j = 0; j < PW; ++j) o[j] = x[j] + y[j];
-        const float *restrict fs = a->f_s + s * W, *restrict fg = a->f_g + g * W;
-        float *restrict p = a->prod + r * W;
-        for (int64_t u = 0; u < W; ++u) p[u] = fs[u] * fg[u];
-    }
-}
-
-int rows_gather(int64_t R, int64_t W, int64_t PW, const int64_t *oi,
-                const int64_t *gi, int64_t NS, int64_t NG, const float *pre_s, const float *pre_g,
-                const float *f_s, const float *f_g, float *pre, float *prod) {
-    for (int64_t r = 0; r < R; ++r) {
-        const int64_t s = ROW(oi, r), g = ROW(gi, r);
-        if (s < 0 || s >= NS || g < 0 || g >= NG) return -1;
-    }
-    const gather_args a = {W, PW, oi, gi, pre_s, pre_g, f_s, f_g, pre, prod};
-    gather_rows(&a, R);
-    return 0;
-}
 
 /* Sum of x[0..n) in a fixed order: 8 interleaved partial sums (vectorizable without
  * -fassociative-math), then the remainder, then the partials pairwise. */
@@ -64,6 +29,46 @@ static inline float sum8(const float *restrict x, int64_t n) {
         for (int k = 0; k < 8; ++k) acc[k] += x[u + k];
     for (; u < n; ++u) acc[0] += x[u];
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* d = (h - mean) · rstd over one row (t is scratch); returns rstd. */
+static inline float layer_norm_row(const float *restrict h, int64_t W, float eps, float *restrict d,
+                                   float *restrict t) {
+    const float mean = sum8(h, W) / (float)W;
+    for (int64_t u = 0; u < W; ++u) { d[u] = h[u] - mean; t[u] = d[u] * d[u]; }
+    const float rs = 1.f / sqrtf(sum8(t, W) / (float)W + eps);
+    for (int64_t u = 0; u < W; ++u) d[u] *= rs;
+    return rs;
+}
+
+/* LayerNorm's input gradient from dxh = dL/dxhat of one row (t is scratch, out may be t). */
+static inline void layer_norm_row_backward(const float *restrict dxh, const float *restrict xh,
+                                           float rs, int64_t W, float *t, float *out) {
+    const float s1 = sum8(dxh, W) / (float)W;
+    for (int64_t u = 0; u < W; ++u) t[u] = dxh[u] * xh[u];
+    const float s2 = sum8(t, W) / (float)W;
+    for (int64_t u = 0; u < W; ++u) out[u] = rs * (dxh[u] - s1 - xh[u] * s2);
+}
+
+/* pre[r] = pre_s[oi[r]] + pre_g[gi[r]];  prod[r] = f_s[oi[r]] * f_g[gi[r]].
+ * Returns 0, or -1 (writing nothing) if an index is outside [0, NS) or [0, NG). */
+int rows_gather(int64_t R, int64_t W, int64_t PW, const int64_t *oi, const int64_t *gi, int64_t NS,
+                int64_t NG, const float *pre_s, const float *pre_g, const float *f_s,
+                const float *f_g, float *pre, float *prod) {
+    for (int64_t r = 0; r < R; ++r) {
+        const int64_t s = ROW(oi, r), g = ROW(gi, r);
+        if (s < 0 || s >= NS || g < 0 || g >= NG) return -1;
+    }
+    for (int64_t r = 0; r < R; ++r) {
+        const int64_t s = ROW(oi, r), g = ROW(gi, r);
+        const float *restrict x = pre_s + s * PW, *restrict y = pre_g + g * PW;
+        float *restrict o = pre + r * PW;
+        for (int64_t j = 0; j < PW; ++j) o[j] = x[j] + y[j];
+        const float *restrict fs = f_s + s * W, *restrict fg = f_g + g * W;
+        float *restrict p = prod + r * W;
+        for (int64_t u = 0; u < W; ++u) p[u] = fs[u] * fg[u];
+    }
+    return 0;
 }
 
 /* h[u] = max_p row[p*W + u]. */
@@ -77,27 +82,15 @@ static inline void piece_max(const float *restrict row, int64_t W, int64_t P, fl
 
 /* act[r] = leaky(LayerNorm(max_p pre[r, p, :]) · ln_w).  With P == 1 the max is the
  * identity.  xhat and rstd (saved for the backward) may be NULL. */
-typedef struct {
-    int64_t W, P;
-    const float *pre, *ln_w;
-    float eps, slope;
-    float *act, *xhat, *rstd;
-} norm_args;
-
-static void norm_rows(const norm_args *a, int64_t R) {
-    const int64_t W = a->W, P = a->P;
-    const float *restrict ln_w = a->ln_w;
-    const float slope = a->slope;
-    float h[W], d[W];
+void rows_norm_act(int64_t R, int64_t W, int64_t P, const float *pre, const float *ln_w, float eps,
+                   float slope, float *restrict act, float *restrict xhat, float *restrict rstd) {
+    float h[W], d[W], t[W];
     for (int64_t r = 0; r < R; ++r) {
-        piece_max(a->pre + r * P * W, W, P, h);
-        const float mean = sum8(h, W) / (float)W;
-        for (int64_t u = 0; u < W; ++u) { d[u] = h[u] - mean; h[u] = d[u] * d[u]; }
-        const float rs = 1.f / sqrtf(sum8(h, W) / (float)W + a->eps);
-        for (int64_t u = 0; u < W; ++u) d[u] *= rs;
-        if (a->rstd) a->rstd[r] = rs;
-        if (a->xhat) memcpy(a->xhat + r * W, d, (size_t)W * sizeof(float));
-        float *restrict out = a->act + r * W;
+        piece_max(pre + r * P * W, W, P, h);
+        const float rs = layer_norm_row(h, W, eps, d, t);
+        if (rstd) rstd[r] = rs;
+        if (xhat) memcpy(xhat + r * W, d, (size_t)W * sizeof(float));
+        float *restrict out = act + r * W;
         for (int64_t u = 0; u < W; ++u) {
             const float y = d[u] * ln_w[u];
             out[u] = y > 0.f ? y : slope * y;
@@ -105,47 +98,28 @@ static void norm_rows(const norm_args *a, int64_t R) {
     }
 }
 
-void rows_norm_act(int64_t R, int64_t W, int64_t P, const float *pre,
-                   const float *ln_w, float eps, float slope, float *act, float *xhat, float *rstd) {
-    const norm_args a = {W, P, pre, ln_w, eps, slope, act, xhat, rstd};
-    norm_rows(&a, R);
-}
-
-/* Backward of rows_norm_act: grad_in [R, P*W] (P == 1: [R, W]) and grad_w[u] += Σ_r dy·xhat
- * The maxout's gradient goes to the piece(s)
- * equal to the max (recomputed from pre); ties between float pieces have probability zero.
- * The rows' grad_w terms are added in row order. */
-typedef struct {
-    int64_t W, P;
-    const float *grad_act, *xhat, *rstd, *pre, *ln_w;
-    float slope;
-    float *grad_in, *grad_w;
-} norm_bwd_args;
-
-static void norm_bwd_rows(const norm_bwd_args *a, int64_t R) {
-    const int64_t W = a->W, P = a->P;
-    const float *restrict ln_w = a->ln_w;
-    const float slope = a->slope;
+/* Backward of rows_norm_act: grad_in [R, P*W] (P == 1: [R, W]) and grad_w[u] += Σ_r dy·xhat,
+ * added in row order.  The maxout's gradient goes to the piece(s) equal to the max
+ * (recomputed from pre); ties between float pieces have probability zero. */
+void rows_norm_act_backward(int64_t R, int64_t W, int64_t P, const float *grad_act,
+                            const float *xhat, const float *rstd, const float *pre,
+                            const float *ln_w, float slope, float *restrict grad_in,
+                            float *restrict grad_w) {
     float dxh[W], t[W], h[W];
-    float *restrict gw = a->grad_w;
     for (int64_t r = 0; r < R; ++r) {
-        const float *restrict g = a->grad_act + r * W, *restrict xh = a->xhat + r * W;
+        const float *restrict g = grad_act + r * W, *restrict xh = xhat + r * W;
         for (int64_t u = 0; u < W; ++u) {
             const float y = xh[u] * ln_w[u];
             const float dy = y > 0.f ? g[u] : slope * g[u];
-            gw[u] += dy * xh[u];
+            grad_w[u] += dy * xh[u];
             dxh[u] = dy * ln_w[u];
         }
-        const float s1 = sum8(dxh, W) / (float)W;
-        for (int64_t u = 0; u < W; ++u) t[u] = dxh[u] * xh[u];
-        const float s2 = sum8(t, W) / (float)W;
-        const float rs = a->rstd[r];
-        for (int64_t u = 0; u < W; ++u) t[u] = rs * (dxh[u] - s1 - xh[u] * s2);
-        float *restrict out = a->grad_in + r * P * W;
+        float *restrict out = grad_in + r * P * W;
         if (P == 1) {
-            memcpy(out, t, (size_t)W * sizeof(float));
+            layer_norm_row_backward(dxh, xh, rstd[r], W, t, out);
         } else {
-            const float *restrict row = a->pre + r * P * W;
+            layer_norm_row_backward(dxh, xh, rstd[r], W, t, t);
+            const float *restrict row = pre + r * P * W;
             piece_max(row, W, P, h);
             for (int64_t p = 0; p < P; ++p) {
                 const float *restrict piece = row + p * W;
@@ -156,50 +130,29 @@ static void norm_bwd_rows(const norm_bwd_args *a, int64_t R) {
     }
 }
 
-void rows_norm_act_backward(int64_t R, int64_t W, int64_t P, const float *grad_act,
-                            const float *xhat, const float *rstd, const float *pre,
-                            const float *ln_w, float slope, float *grad_in, float *grad_w) {
-    const norm_bwd_args a = {W, P, grad_act, xhat, rstd, pre, ln_w, slope, grad_in, grad_w};
-    norm_bwd_rows(&a, R);
-}
-
 /* Backward of rows_gather, accumulated into zeroed tables:
  * g_pre_s[oi[r]] += grad_pre[r], g_pre_g[gi[r]] += grad_pre[r],
  * g_f_s[oi[r]] += grad_prod[r] · f_g[gi[r]], g_f_g[gi[r]] += grad_prod[r] · f_s[oi[r]].
  * One side (state tables, then goal tables) at a time, each visiting the rows in order. */
-typedef struct {
-    int64_t R, W, PW;
-    const int64_t *oi, *gi;
-    const float *grad_pre, *grad_prod, *f_s, *f_g;
-    float *g_pre_s, *g_pre_g, *g_f_s, *g_f_g;
-} gather_bwd_args;
-
-static void gather_bwd_sides(const gather_bwd_args *a) {
-    const int64_t W = a->W, PW = a->PW;
+void rows_gather_backward(int64_t R, int64_t W, int64_t PW, const int64_t *oi, const int64_t *gi,
+                          const float *grad_pre, const float *grad_prod, const float *f_s,
+                          const float *f_g, float *g_pre_s, float *g_pre_g, float *g_f_s,
+                          float *g_f_g) {
     for (int side = 0; side < 2; ++side) {
         /* side 0: the state tables (own index oi, other factor f_g); side 1: the goal tables */
-        const int64_t *own = side == 0 ? a->oi : a->gi, *other = side == 0 ? a->gi : a->oi;
-        const float *f_other = side == 0 ? a->f_g : a->f_s;
-        float *g_pre = side == 0 ? a->g_pre_s : a->g_pre_g, *g_f = side == 0 ? a->g_f_s : a->g_f_g;
-        for (int64_t r = 0; r < a->R; ++r) {
+        const int64_t *own = side == 0 ? oi : gi, *other = side == 0 ? gi : oi;
+        const float *f_other = side == 0 ? f_g : f_s;
+        float *g_pre = side == 0 ? g_pre_s : g_pre_g, *g_f = side == 0 ? g_f_s : g_f_g;
+        for (int64_t r = 0; r < R; ++r) {
             const int64_t i = ROW(own, r), j = ROW(other, r);
-            const float *restrict d = a->grad_pre + r * PW;
+            const float *restrict d = grad_pre + r * PW;
             float *restrict gp = g_pre + i * PW;
             for (int64_t k = 0; k < PW; ++k) gp[k] += d[k];
-            const float *restrict dp = a->grad_prod + r * W, *restrict y = f_other + j * W;
+            const float *restrict dp = grad_prod + r * W, *restrict y = f_other + j * W;
             float *restrict gf = g_f + i * W;
             for (int64_t u = 0; u < W; ++u) gf[u] += dp[u] * y[u];
         }
     }
-}
-
-void rows_gather_backward(int64_t R, int64_t W, int64_t PW, const int64_t *oi,
-                          const int64_t *gi, const float *grad_pre, const float *grad_prod,
-                          const float *f_s, const float *f_g, float *g_pre_s, float *g_pre_g,
-                          float *g_f_s, float *g_f_g) {
-    const gather_bwd_args a = {R, W, PW, oi, gi, grad_pre, grad_prod, f_s, f_g,
-                               g_pre_s, g_pre_g, g_f_s, g_f_g};
-    gather_bwd_sides(&a);
 }
 
 /* ---- the state and goal branches: f = SiLU(dropout(LayerNorm(h) · ln_w)) ---------------------
@@ -252,11 +205,7 @@ void branch_forward(int64_t R, int64_t W, const float *h_in, const float *ln_w, 
     float d[W], t[W], m[W];
     const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
     for (int64_t r = 0; r < R; ++r) {
-        const float *restrict h = h_in + r * W;
-        const float mean = sum8(h, W) / (float)W;
-        for (int64_t u = 0; u < W; ++u) { d[u] = h[u] - mean; t[u] = d[u] * d[u]; }
-        const float rs = 1.f / sqrtf(sum8(t, W) / (float)W + eps);
-        for (int64_t u = 0; u < W; ++u) d[u] *= rs;
+        const float rs = layer_norm_row(h_in + r * W, W, eps, d, t);
         if (rstd) rstd[r] = rs;
         if (xhat) memcpy(xhat + r * W, d, (size_t)W * sizeof(float));
         dropout_row(r, W, k0, k1, threshold, keep_scale, m);
@@ -284,12 +233,7 @@ void branch_backward(int64_t R, int64_t W, const float *grad_out, const float *x
             grad_w[u] += dn * xh[u];
             dxh[u] = dn * ln_w[u];
         }
-        const float s1 = sum8(dxh, W) / (float)W;
-        for (int64_t u = 0; u < W; ++u) t[u] = dxh[u] * xh[u];
-        const float s2 = sum8(t, W) / (float)W;
-        const float rs = rstd[r];
-        float *restrict o = grad_h + r * W;
-        for (int64_t u = 0; u < W; ++u) o[u] = rs * (dxh[u] - s1 - xh[u] * s2);
+        layer_norm_row_backward(dxh, xh, rstd[r], W, t, grad_h + r * W);
     }
 }
 

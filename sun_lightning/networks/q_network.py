@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from sun_lightning.networks.rows import branch_forward, native_rows_available, rows_forward
+from sun_lightning.networks.rows import branch_forward, dropout_threshold, native_rows_available, rows_forward
 
 
 class _PieceMax(torch.autograd.Function):
@@ -104,7 +104,7 @@ def dropout_mask(shape: torch.Size, p: float, device: torch.device) -> torch.Ten
     n = shape.numel()
     words = torch.randint(-(2**63), 2**63 - 1, ((n + 3) // 4,), dtype=torch.int64, device=device)
     bits = words.view(torch.int16)[:n].view(shape)
-    threshold = round(p * 65536) - 32768
+    threshold = dropout_threshold(p) - 32768  # as a signed 16-bit draw
     return (bits >= threshold).to(torch.float32) * (1.0 / (1.0 - p))
 
 

@@ -172,12 +172,19 @@ def rows_forward(
 
 
 # ---- the branches: SiLU(dropout(LayerNorm(h))) -------------------------------------------------
+def _branch(h, ln_w, eps, seed, threshold, keep_scale, save):
+    """The branch kernel's output, and its saved ``xhat``, ``rstd`` when ``save``."""
+    out = torch.empty_like(h)
+    xhat, rstd = (torch.empty_like(h), h.new_empty(h.shape[0])) if save else (None, None)
+    LIBRARY.load().branch_forward(h.shape[0], h.shape[1], h.data_ptr(), ln_w.data_ptr(), eps, seed, threshold,
+                                  keep_scale, out.data_ptr(), _ptr(xhat), _ptr(rstd))
+    return out, xhat, rstd
+
+
 class _Branch(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, ln_w, eps, seed, threshold, keep_scale):
-        out, xhat, rstd = torch.empty_like(h), torch.empty_like(h), h.new_empty(h.shape[0])
-        LIBRARY.load().branch_forward(h.shape[0], h.shape[1], h.data_ptr(), ln_w.data_ptr(), eps, seed, threshold,
-                                      keep_scale, out.data_ptr(), xhat.data_ptr(), rstd.data_ptr())
+        out, xhat, rstd = _branch(h, ln_w, eps, seed, threshold, keep_scale, save=True)
         ctx.save_for_backward(xhat, rstd, ln_w)
         ctx.dropout = (seed, threshold, keep_scale)
         return out
@@ -220,11 +227,4 @@ def branch_forward(h: torch.Tensor, ln: torch.nn.LayerNorm, p: float, seed: int 
     if torch.is_grad_enabled() and (h.requires_grad or ln.weight.requires_grad):
         return _Branch.apply(*args)
     with torch.no_grad(), torch.profiler.record_function("sun_lightning::branch_forward"):
-        return _branch_nograd(*args)
-
-
-def _branch_nograd(h, ln_w, eps, seed, threshold, keep_scale):
-    out = torch.empty_like(h)
-    LIBRARY.load().branch_forward(h.shape[0], h.shape[1], h.data_ptr(), ln_w.data_ptr(), eps, seed, threshold,
-                                  keep_scale, out.data_ptr(), None, None)
-    return out
+        return _branch(*args, save=False)[0]
