@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 
 __all__ = ["NativeError", "NativeLibrary"]
@@ -109,18 +110,33 @@ class NativeLibrary:
         signatures: ``{function: (argtypes, restype)}`` declared on the loaded library.
         purpose: what needs it, for the no-compiler error ("RadiusPseudocount's native index").
         flags: compiler flags added to ``FLAGS`` (part of the cached library's name).
+        optional_flags: further flags, dropped if the build with them fails (a compiler without
+            OpenMP support, say).
     """
 
     def __init__(
-        self, source: Path, signatures: dict[str, tuple[list, object]], purpose: str, flags: tuple[str, ...] = ()
+        self,
+        source: Path,
+        signatures: dict[str, tuple[list, object]],
+        purpose: str,
+        flags: tuple[str, ...] = (),
+        optional_flags: tuple[str, ...] = (),
     ) -> None:
-        self.source, self.signatures, self.purpose, self.flags = source, signatures, purpose, tuple(flags)
+        self.source, self.signatures, self.purpose = source, signatures, purpose
+        self.flags, self.optional_flags = tuple(flags), tuple(optional_flags)
         self._lib: ctypes.CDLL | None = None
+        self._available: bool | None = None
         self._lock = threading.Lock()
 
     def path(self) -> Path:
         """Build (or find in the cache) the library and return its path."""
-        return build(self.source.stem, compiler(self.purpose), self.source.read_bytes(), self.flags)
+        cc, src = compiler(self.purpose), self.source.read_bytes()
+        if self.optional_flags:
+            try:
+                return build(self.source.stem, cc, src, self.flags + self.optional_flags)
+            except NativeError:
+                pass  # the same code without them
+        return build(self.source.stem, cc, src, self.flags)
 
     def load(self) -> ctypes.CDLL:
         """The loaded library with its functions declared.
@@ -138,6 +154,18 @@ class NativeLibrary:
                     self._lib = lib
         return self._lib
 
+    def available(self, fallback: str) -> bool:
+        """Whether :meth:`load` succeeds; the first failure warns once with the reason and ``fallback``
+        (what runs instead), later calls answer from memory."""
+        if self._available is None:
+            try:
+                self.load()
+                self._available = True
+            except NativeError as e:
+                warnings.warn(f"{e}\n{fallback}", stacklevel=3)
+                self._available = False
+        return self._available
+
     def reset(self) -> None:
-        """Forget the loaded library (the next :meth:`load` builds or finds it again); for tests."""
-        self._lib = None
+        """Forget the loaded library and its availability (the next :meth:`load` builds or finds it again); for tests."""
+        self._lib, self._available = None, None

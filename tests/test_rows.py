@@ -95,7 +95,7 @@ def test_mismatched_rows_are_an_error():
 
 def test_without_a_compiler_the_pytorch_path_runs_with_a_warning(tmp_path, monkeypatch):
     monkeypatch.setattr(rows.LIBRARY, "_lib", None)
-    monkeypatch.setattr(rows, "_available", None)
+    monkeypatch.setattr(rows.LIBRARY, "_available", None)
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("CC", raising=False)
     monkeypatch.setenv("SUN_LIGHTNING_CACHE_DIR", str(tmp_path))  # nothing cached there either
@@ -145,3 +145,43 @@ def test_branch_dropout_mask_rate_scale_and_seeds():
     assert torch.equal(mask, rows.branch_dropout_mask((2000, 100), 0.1, 7))
     agree = ((mask == 0) == (other == 0)).float().mean().item()
     assert abs(agree - (0.9**2 + 0.1**2)) < 0.003  # independent streams across seeds
+
+
+def test_goal_action_columns_match_the_pytorch_path():
+    # Q(s, ·, g_s, g_a) at each row's goal action: values, and gradients that reach only those columns
+    fast, slow = pair(16, 4)
+    states, goals = torch.randn(12, 6), torch.randn(7, 5)
+    i, j, ga = torch.randint(12, (40,)), torch.randint(7, (40,)), torch.randint(3, (40,))
+    kwargs = dict(obs_index=i, goal_index=j, goal_action=ga)
+    full = fast(states, goals, obs_index=i, goal_index=j)
+    torch.testing.assert_close(fast(states, goals, **kwargs), full[torch.arange(40), :, ga])
+    torch.testing.assert_close(fast(states, goals, **kwargs), slow(states, goals, **kwargs))
+    weight = torch.randn(40, 3)
+    g_fast, g_slow = grads(fast, weight, states, goals, **kwargs), grads(slow, weight, states, goals, **kwargs)
+    for name in g_slow:
+        torch.testing.assert_close(g_fast[name], g_slow[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_results_do_not_depend_on_the_thread_count():
+    # The kernels run on torch's OpenMP threads; their sums over rows (the LayerNorm weights' gradients)
+    # go per fixed chunk of rows, added in chunk order. (The matrix products' own reductions are MKL's.)
+    fast, _ = pair(64, 4)
+    states, goals = torch.randn(600, 6), torch.randn(300, 5)
+    i, j = torch.randint(600, (2000,)), torch.randint(300, (2000,))
+    weight = torch.randn(2000, 3, 3)
+    norms = ["state_branch.norm.weight", "goal_branch.norm.weight", "head.0.weight", "head.3.weight"]
+    threads = torch.get_num_threads()
+    out = []
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            torch.manual_seed(5)
+            with torch.no_grad():
+                values = fast(states, goals, dropout=True, obs_index=i, goal_index=j)
+            torch.manual_seed(5)
+            g = grads(fast, weight, states, goals, dropout=True, obs_index=i, goal_index=j)
+            out.append([values] + [g[name] for name in norms])
+    finally:
+        torch.set_num_threads(threads)
+    for other in out[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(out[0], other))

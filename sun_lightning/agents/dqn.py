@@ -12,6 +12,7 @@ from torch.nn import functional as F
 
 from sun_lightning import keys
 from sun_lightning.envs.registry import GoalSpace
+from sun_lightning.losses import watkins_native
 from sun_lightning.losses.td_lambda import double_q_bootstrap, greedy_within, watkins_lambda_returns
 from sun_lightning.module import SVFModule
 from sun_lightning.networks.encoders import RunningMeanStd, StandardizedRBF
@@ -106,17 +107,15 @@ class DQNSVF(SVFModule):
     # ---- values for data collection -------------------------------------------------
     @torch.no_grad()
     def action_values(self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None) -> torch.Tensor:
-        q = self.q(obs, goal)  # [B, A, A]
-        return q.gather(-1, goal_action.long().view(-1, 1, 1).expand(-1, q.shape[-2], 1)).squeeze(-1)
+        return self.q(obs, goal, goal_action=goal_action)  # [B, A]
 
     @torch.no_grad()
     def goal_values(self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None) -> torch.Tensor:
         b, k = goal.shape[:2]
         # Each state's branch runs once for its K candidates.
         state_index = torch.arange(b, device=obs.device).repeat_interleave(k)
-        q = self.q(obs, goal.flatten(0, 1), obs_index=state_index).view(b, k, *self.q_shape)  # [B, K, A, A]
-        index = goal_action.long()[..., None, None].expand(b, k, q.shape[-2], 1)
-        return q.gather(-1, index).squeeze(-1).amax(-1)
+        q = self.q(obs, goal.flatten(0, 1), obs_index=state_index, goal_action=goal_action.flatten())  # [B·K, A]
+        return q.view(b, k, -1).amax(-1)
 
     @property
     def q_shape(self) -> tuple[int, int]:
@@ -151,7 +150,7 @@ class DQNSVF(SVFModule):
         Args:
             batch: a relabelled batch (see ``SegmentedHindsightSampler``).
             q_fn, q_target_fn: online and target networks with the signature of
-                ``GoalQNetwork.forward`` (tables and row indices) returning ``[rows, A, A]``;
+                ``GoalQNetwork.forward`` (tables, row indices and goal actions) returning ``[rows, A]``;
                 this module's own by default (ensembles pass their members').
         """
         q_fn = q_fn or self.q
@@ -166,23 +165,24 @@ class DQNSVF(SVFModule):
         extra = batch[keys.EPISODE_END].clone()
         extra[:, -1] = True
         at = extra.flatten().nonzero().squeeze(1)  # once: each boolean-mask read would search again
-
-        def rows(x: torch.Tensor, extra_x: torch.Tensor) -> torch.Tensor:
-            return torch.cat([x.flatten(), extra_x.flatten().index_select(0, at)])
-
-        state_index = rows(batch[keys.STATE_INDEX], batch[keys.NEXT_STATE_INDEX])
-        goal_index = rows(batch[keys.GOAL_INDEX], batch[keys.GOAL_INDEX])
-        goal_action_rows = rows(goal_action, goal_action)
+        # one gather for the three row entries: [state, goal, goal action] then their next-state rows
+        steps = torch.stack([batch[keys.STATE_INDEX], batch[keys.GOAL_INDEX], goal_action]).flatten(1)
+        nexts = torch.stack([batch[keys.NEXT_STATE_INDEX], batch[keys.GOAL_INDEX], goal_action]).flatten(1)
+        state_index, goal_index, goal_action_rows = torch.cat([steps, nexts.index_select(1, at)], dim=1)
         states, goals = batch[keys.STATES], batch[keys.GOALS]
-        column = goal_action_rows.view(-1, 1, 1).expand(-1, num_actions, 1)  # Q(·, ·, g_s, g_a) of each row
-        q = q_fn(states, goals, dropout=True, obs_index=state_index, goal_index=goal_index).gather(-1, column).squeeze(-1)
+        index = dict(obs_index=state_index, goal_index=goal_index, goal_action=goal_action_rows)  # Q(·, ·, g_s, g_a)
+        q = q_fn(states, goals, dropout=True, **index)
         with torch.no_grad():
-            q_target = q_target_fn(states, goals, obs_index=state_index, goal_index=goal_index).gather(-1, column).squeeze(-1)
-
-        q_seq = q[: n * t].view(n, t, num_actions)
-        q_taken = q_seq.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+            q_target = q_target_fn(states, goals, **index)
+        q_taken = q[: n * t].view(n, t, num_actions).gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        if watkins_native.applies(q):
+            target, cont = watkins_native.watkins_targets(
+                q.detach(), q_target, action, reward, batch[keys.TERMINATED], batch[keys.EPISODE_END], hp.gamma,
+                hp.lam, hp.bootstrap_clip, 1.0 - hp.gamma)
+            return q_taken, target, cont
         with torch.no_grad():
-            online_next = self._next_rows(q_seq.detach(), q[n * t :].detach(), at)
+            q_seq = q[: n * t].detach().view(n, t, num_actions)
+            online_next = self._next_rows(q_seq, q[n * t :].detach(), at)
             target_next = self._next_rows(q_target[: n * t].view(n, t, num_actions), q_target[n * t :], at)
             bootstrap = double_q_bootstrap(online_next, target_next, hp.bootstrap_clip)
             next_action = torch.roll(action, -1, dims=1)

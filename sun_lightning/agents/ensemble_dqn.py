@@ -167,10 +167,12 @@ class EnsembleDQNSVF(DQNSVF):
         dropout: bool = False,
         obs_index: torch.Tensor | None = None,
         goal_index: torch.Tensor | None = None,
+        goal_action: torch.Tensor | None = None,
         *,
         sizes: tuple[int, int],
     ) -> torch.Tensor:
-        """Evaluates each row with the member owning its table entries, ``[R, |A|, |A|]``, in one vmapped forward."""
+        """Evaluates each row with the member owning its table entries, in one vmapped forward: ``[R, |A|, |A|]``,
+        or ``[R, |A|]`` at ``goal_action``."""
         e, (us, ug) = self.ensemble_size, sizes
         member = torch.div(obs_index, us, rounding_mode="floor")
         counts = torch.bincount(member, minlength=e)
@@ -188,7 +190,7 @@ class EnsembleDQNSVF(DQNSVF):
         )
         out = q.new_empty(obs_index.numel(), *q.shape[2:])
         out[order] = q.flatten(0, 1)[slot]
-        return out
+        return out if goal_action is None else _at_goal_action(out, goal_action)
 
     def loss(self, batch: TensorDict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Σ_e of member e's mean Huber loss on its own batch; statistics are member averages."""

@@ -13,10 +13,21 @@
  * Built with -fno-trapping-math (sun_lightning/native.py) so that the selects below compile
  * to blends instead of branches on random signs; the summation order is fixed by hand.
  * Index arrays are int64; NULL means the identity (row r reads table row r).
+ *
+ * Threads: built with -fopenmp where PyTorch's own parallel backend is OpenMP (rows.py), so the
+ * loops below run on PyTorch's already-running OpenMP threads (the process has one libgomp) and
+ * omp_get_max_threads() is torch.get_num_threads().  Rows are independent; the sums over rows
+ * (LayerNorm weight gradients) are taken per fixed chunk of CHUNK rows and the chunks added in
+ * order, so every result is the same whatever the thread count.  Without -fopenmp the pragmas
+ * are ignored and the same code runs serially.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <math.h>
+
+#define CHUNK 128          /* rows per partial sum of a weight gradient */
+#define PARALLEL_ROWS 256  /* fewer rows than this run on the calling thread only */
 
 #define ROW(ix, r) ((ix) ? (ix)[r] : (int64_t)(r))
 
@@ -59,6 +70,7 @@ int rows_gather(int64_t R, int64_t W, int64_t PW, const int64_t *oi, const int64
         const int64_t s = ROW(oi, r), g = ROW(gi, r);
         if (s < 0 || s >= NS || g < 0 || g >= NG) return -1;
     }
+    #pragma omp parallel for schedule(static) if (R >= PARALLEL_ROWS)
     for (int64_t r = 0; r < R; ++r) {
         const int64_t s = ROW(oi, r), g = ROW(gi, r);
         const float *restrict x = pre_s + s * PW, *restrict y = pre_g + g * PW;
@@ -84,8 +96,9 @@ static inline void piece_max(const float *restrict row, int64_t W, int64_t P, fl
  * identity.  xhat and rstd (saved for the backward) may be NULL. */
 void rows_norm_act(int64_t R, int64_t W, int64_t P, const float *pre, const float *ln_w, float eps,
                    float slope, float *restrict act, float *restrict xhat, float *restrict rstd) {
-    float h[W], d[W], t[W];
+    #pragma omp parallel for schedule(static) if (R >= PARALLEL_ROWS)
     for (int64_t r = 0; r < R; ++r) {
+        float h[W], d[W], t[W];
         piece_max(pre + r * P * W, W, P, h);
         const float rs = layer_norm_row(h, W, eps, d, t);
         if (rstd) rstd[r] = rs;
@@ -98,46 +111,68 @@ void rows_norm_act(int64_t R, int64_t W, int64_t P, const float *pre, const floa
     }
 }
 
-/* Backward of rows_norm_act: grad_in [R, P*W] (P == 1: [R, W]) and grad_w[u] += Σ_r dy·xhat,
- * added in row order.  The maxout's gradient goes to the piece(s) equal to the max
- * (recomputed from pre); ties between float pieces have probability zero. */
-void rows_norm_act_backward(int64_t R, int64_t W, int64_t P, const float *grad_act,
-                            const float *xhat, const float *rstd, const float *pre,
-                            const float *ln_w, float slope, float *restrict grad_in,
-                            float *restrict grad_w) {
-    float dxh[W], t[W], h[W];
-    for (int64_t r = 0; r < R; ++r) {
-        const float *restrict g = grad_act + r * W, *restrict xh = xhat + r * W;
-        for (int64_t u = 0; u < W; ++u) {
-            const float y = xh[u] * ln_w[u];
-            const float dy = y > 0.f ? g[u] : slope * g[u];
-            grad_w[u] += dy * xh[u];
-            dxh[u] = dy * ln_w[u];
-        }
-        float *restrict out = grad_in + r * P * W;
-        if (P == 1) {
-            layer_norm_row_backward(dxh, xh, rstd[r], W, t, out);
-        } else {
-            layer_norm_row_backward(dxh, xh, rstd[r], W, t, t);
-            const float *restrict row = pre + r * P * W;
-            piece_max(row, W, P, h);
-            for (int64_t p = 0; p < P; ++p) {
-                const float *restrict piece = row + p * W;
-                float *restrict o = out + p * W;
-                for (int64_t u = 0; u < W; ++u) o[u] = (float)(piece[u] >= h[u]) * t[u];  /* piece == max */
+/* Chunk c of R rows is [c * CHUNK, min((c + 1) * CHUNK, R)). */
+static inline int64_t chunks(int64_t R) { return (R + CHUNK - 1) / CHUNK; }
+static inline int64_t chunk_end(int64_t c, int64_t R) { return (c + 1) * CHUNK < R ? (c + 1) * CHUNK : R; }
+
+/* grad_w[u] += the per-chunk partial sums part[c, u], in chunk order; frees part. */
+static void add_partials(float *part, int64_t C, int64_t W, float *restrict grad_w) {
+    for (int64_t c = 0; c < C; ++c)
+        for (int64_t u = 0; u < W; ++u) grad_w[u] += part[c * W + u];
+    free(part);
+}
+
+/* Backward of rows_norm_act: grad_in [R, P*W] (P == 1: [R, W]) and grad_w[u] += Σ_r dy·xhat
+ * (per chunk of rows, chunks added in order).  The maxout's gradient goes to the piece(s)
+ * equal to the max (recomputed from pre); ties between float pieces have probability zero.
+ * Returns 0, or -1 (out of memory for the partial sums). */
+int rows_norm_act_backward(int64_t R, int64_t W, int64_t P, const float *grad_act,
+                           const float *xhat, const float *rstd, const float *pre,
+                           const float *ln_w, float slope, float *restrict grad_in,
+                           float *restrict grad_w) {
+    const int64_t C = chunks(R);
+    float *part = calloc((size_t)(C * W), sizeof(float));
+    if (!part) return -1;
+    #pragma omp parallel for schedule(static) if (R >= PARALLEL_ROWS)
+    for (int64_t c = 0; c < C; ++c) {
+        float dxh[W], t[W], h[W];
+        float *restrict gw = part + c * W;
+        for (int64_t r = c * CHUNK; r < chunk_end(c, R); ++r) {
+            const float *restrict g = grad_act + r * W, *restrict xh = xhat + r * W;
+            for (int64_t u = 0; u < W; ++u) {
+                const float y = xh[u] * ln_w[u];
+                const float dy = y > 0.f ? g[u] : slope * g[u];
+                gw[u] += dy * xh[u];
+                dxh[u] = dy * ln_w[u];
+            }
+            float *restrict out = grad_in + r * P * W;
+            if (P == 1) {
+                layer_norm_row_backward(dxh, xh, rstd[r], W, t, out);
+            } else {
+                layer_norm_row_backward(dxh, xh, rstd[r], W, t, t);
+                const float *restrict row = pre + r * P * W;
+                piece_max(row, W, P, h);
+                for (int64_t p = 0; p < P; ++p) {
+                    const float *restrict piece = row + p * W;
+                    float *restrict o = out + p * W;
+                    for (int64_t u = 0; u < W; ++u) o[u] = (float)(piece[u] >= h[u]) * t[u];  /* piece == max */
+                }
             }
         }
     }
+    add_partials(part, C, W, grad_w);
+    return 0;
 }
 
 /* Backward of rows_gather, accumulated into zeroed tables:
  * g_pre_s[oi[r]] += grad_pre[r], g_pre_g[gi[r]] += grad_pre[r],
  * g_f_s[oi[r]] += grad_prod[r] · f_g[gi[r]], g_f_g[gi[r]] += grad_prod[r] · f_s[oi[r]].
- * One side (state tables, then goal tables) at a time, each visiting the rows in order. */
+ * The two sides (state tables, goal tables) run on two threads, each visiting the rows in order. */
 void rows_gather_backward(int64_t R, int64_t W, int64_t PW, const int64_t *oi, const int64_t *gi,
                           const float *grad_pre, const float *grad_prod, const float *f_s,
                           const float *f_g, float *g_pre_s, float *g_pre_g, float *g_f_s,
                           float *g_f_g) {
+    #pragma omp parallel for schedule(static) if (R >= PARALLEL_ROWS)
     for (int side = 0; side < 2; ++side) {
         /* side 0: the state tables (own index oi, other factor f_g); side 1: the goal tables */
         const int64_t *own = side == 0 ? oi : gi, *other = side == 0 ? gi : oi;
@@ -202,9 +237,10 @@ static inline void dropout_row(int64_t r, int64_t W, uint32_t k0, uint32_t k1, i
 void branch_forward(int64_t R, int64_t W, const float *h_in, const float *ln_w, float eps,
                     uint64_t seed, int threshold, float keep_scale, float *restrict out,
                     float *restrict xhat, float *restrict rstd) {
-    float d[W], t[W], m[W];
     const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    #pragma omp parallel for schedule(static) if (R >= PARALLEL_ROWS)
     for (int64_t r = 0; r < R; ++r) {
+        float d[W], t[W], m[W];
         const float rs = layer_norm_row(h_in + r * W, W, eps, d, t);
         if (rstd) rstd[r] = rs;
         if (xhat) memcpy(xhat + r * W, d, (size_t)W * sizeof(float));
@@ -217,24 +253,34 @@ void branch_forward(int64_t R, int64_t W, const float *h_in, const float *ln_w, 
     }
 }
 
-/* Backward of branch_forward: grad_h [R, W] and grad_w[u] += Σ_r (dL/d(LN out)) · xhat. */
-void branch_backward(int64_t R, int64_t W, const float *grad_out, const float *xhat,
-                     const float *rstd, const float *ln_w, uint64_t seed, int threshold,
-                     float keep_scale, float *restrict grad_h, float *restrict grad_w) {
-    float m[W], dxh[W], t[W];
+/* Backward of branch_forward: grad_h [R, W] and grad_w[u] += Σ_r (dL/d(LN out)) · xhat (per
+ * chunk of rows, chunks added in order).  Returns 0, or -1 (out of memory). */
+int branch_backward(int64_t R, int64_t W, const float *grad_out, const float *xhat,
+                    const float *rstd, const float *ln_w, uint64_t seed, int threshold,
+                    float keep_scale, float *restrict grad_h, float *restrict grad_w) {
     const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    for (int64_t r = 0; r < R; ++r) {
-        const float *restrict g = grad_out + r * W, *restrict xh = xhat + r * W;
-        dropout_row(r, W, k0, k1, threshold, keep_scale, m);
-        for (int64_t u = 0; u < W; ++u) {
-            const float y = xh[u] * ln_w[u] * m[u];
-            const float s = 1.f / (1.f + exp_approx(-y));
-            const float dn = g[u] * (s * (1.f + y * (1.f - s))) * m[u];  /* d loss / d (LN out) */
-            grad_w[u] += dn * xh[u];
-            dxh[u] = dn * ln_w[u];
+    const int64_t C = chunks(R);
+    float *part = calloc((size_t)(C * W), sizeof(float));
+    if (!part) return -1;
+    #pragma omp parallel for schedule(static) if (R >= PARALLEL_ROWS)
+    for (int64_t c = 0; c < C; ++c) {
+        float m[W], dxh[W], t[W];
+        float *restrict gw = part + c * W;
+        for (int64_t r = c * CHUNK; r < chunk_end(c, R); ++r) {
+            const float *restrict g = grad_out + r * W, *restrict xh = xhat + r * W;
+            dropout_row(r, W, k0, k1, threshold, keep_scale, m);
+            for (int64_t u = 0; u < W; ++u) {
+                const float y = xh[u] * ln_w[u] * m[u];
+                const float s = 1.f / (1.f + exp_approx(-y));
+                const float dn = g[u] * (s * (1.f + y * (1.f - s))) * m[u];  /* d loss / d (LN out) */
+                gw[u] += dn * xh[u];
+                dxh[u] = dn * ln_w[u];
+            }
+            layer_norm_row_backward(dxh, xh, rstd[r], W, t, grad_h + r * W);
         }
-        layer_norm_row_backward(dxh, xh, rstd[r], W, t, grad_h + r * W);
     }
+    add_partials(part, C, W, grad_w);
+    return 0;
 }
 
 /* The dropout mask branch_forward applies (for tests and inspection). */

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from sun_lightning.networks.rows import branch_forward, dropout_threshold, native_rows_available, rows_forward
+from sun_lightning.networks.rows import QConfig, QParams, dropout_threshold, native_rows_available, q_forward
 
 
 class _PieceMax(torch.autograd.Function):
@@ -38,18 +38,6 @@ class _PieceMax(torch.autograd.Function):
         return mask.mul_(grad.unsqueeze(-2))
 
 
-def _native_ok(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether the C row kernels apply: 2-D float32 CPU rows, not under ``vmap``, library built."""
-    return (
-        x.device.type == "cpu"
-        and x.dtype == torch.float32
-        and x.dim() == 2
-        and not _is_batched(x)
-        and not _is_batched(weight)
-        and native_rows_available()
-    )
-
-
 def _is_batched(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` is a vmap batched tensor (functorch has no public test for it)."""
     return torch._C._functorch.is_batchedtensor(tensor)
@@ -78,18 +66,14 @@ class Maxout(nn.Module):
 class Branch(nn.Module):
     """Linear → LayerNorm → Dropout → SiLU, the state and goal branches of Q."""
 
-    def __init__(self, in_features: int, width: int, dropout: float, native: bool = False) -> None:
+    def __init__(self, in_features: int, width: int, dropout: float) -> None:
         super().__init__()
         self.linear = nn.Linear(in_features, width, bias=False)
         self.norm = nn.LayerNorm(width, bias=False)
-        self.dropout, self.native = dropout, native
+        self.dropout = dropout
 
     def forward(self, x: torch.Tensor, dropout: bool) -> torch.Tensor:
-        h = self.linear(x)
-        if self.native and _native_ok(h, self.norm.weight):
-            # LayerNorm → dropout → SiLU in one C pass (its own dropout stream, same rate)
-            return branch_forward(h, self.norm, self.dropout if dropout else 0.0)
-        h = self.norm(h)
+        h = self.norm(self.linear(x))
         if dropout and self.dropout > 0:
             h = h * dropout_mask(h.shape, self.dropout, h.device)
         return F.silu(h)
@@ -150,8 +134,8 @@ class GoalQNetwork(nn.Module):
         self.native_rows = native_rows
         self.obs_encoder = obs_encoder or nn.Identity()
         self.goal_encoder = goal_encoder or nn.Identity()
-        self.state_branch = Branch(obs_dim, width, dropout, native_rows)
-        self.goal_branch = Branch(goal_dim, width, dropout, native_rows)
+        self.state_branch = Branch(obs_dim, width, dropout)
+        self.goal_branch = Branch(goal_dim, width, dropout)
         self.maxout = Maxout(3 * width, width, maxout_pieces)
         self.head = nn.Sequential(
             nn.LayerNorm(width, bias=False),
@@ -174,8 +158,9 @@ class GoalQNetwork(nn.Module):
         dropout: bool = False,
         obs_index: torch.Tensor | None = None,
         goal_index: torch.Tensor | None = None,
+        goal_action: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Q values ``[..., |A| (action), |A| (goal action)]``.
+        """Q values ``[..., |A| (action), |A| (goal action)]``, or ``[..., |A|]`` at ``goal_action``.
 
         Args:
             obs: states ``[..., D]``, or a table of distinct states ``[U_s, D]`` with ``obs_index``.
@@ -184,18 +169,17 @@ class GoalQNetwork(nn.Module):
                 when acting or selecting goals, whatever the train/eval mode).
             obs_index, goal_index: rows ``[R]`` into the tables: each branch
                 then runs once per distinct input and its features are gathered.
+            goal_action: the goal action of each row ``[...]``: returns Q(s, ·, g_s, g_a).
         """
-        f_s = self.state_branch(self.obs_encoder(obs), dropout)
-        f_g = self.goal_branch(self.goal_encoder(goal), dropout)
+        x_s, x_g = self.obs_encoder(obs), self.goal_encoder(goal)
+        if self._use_native_rows(x_s, x_g):
+            return q_forward(x_s, x_g, self.native_params(), self.native_config(dropout), obs_index, goal_index,
+                             goal_action)
+        f_s, f_g = self.state_branch(x_s, dropout), self.goal_branch(x_g, dropout)
         # The maxout's linear map of concat(f_s, f_g, f_s ⊙ f_g) is the sum of
         # three maps; the first two run on the tables, only the product per row.
         w_s, w_g, w_p = self.maxout.linear.weight.split(f_s.shape[-1], dim=1)
         pre_s, pre_g = F.linear(f_s, w_s), F.linear(f_g, w_g)
-        if self._use_native_rows(f_s, f_g):
-            ln1, act, lin2, ln2, _, lin3 = self.head
-            q = rows_forward(f_s, f_g, pre_s, pre_g, w_p, ln1, lin2.weight, ln2, lin3.weight, lin3.bias,
-                             obs_index, goal_index, act.negative_slope, self.maxout.pieces)
-            return q.unflatten(-1, (self.num_actions, self.num_actions))
         # index_select: a plain row gather, several times faster than advanced indexing on CPU.
         if obs_index is not None:
             f_s, pre_s = f_s.index_select(0, obs_index), pre_s.index_select(0, obs_index)
@@ -210,8 +194,39 @@ class GoalQNetwork(nn.Module):
         else:
             pre = pre + F.linear(f_s * f_g, w_p)
         h = self.maxout.reduce(pre)
-        q = self.head(h)
-        return q.unflatten(-1, (self.num_actions, self.num_actions))
+        q = self.head(h).unflatten(-1, (self.num_actions, self.num_actions))
+        if goal_action is None:
+            return q
+        return q.gather(-1, goal_action.long()[..., None, None].expand(*q.shape[:-1], 1)).squeeze(-1)
 
-    def _use_native_rows(self, f_s: torch.Tensor, f_g: torch.Tensor) -> bool:
-        return self.native_rows and f_g.dtype == f_s.dtype and f_g.dim() == 2 and _native_ok(f_s, self.maxout.linear.weight)
+    def native_params(self) -> QParams:
+        """The weights in the order of the C row kernels (:mod:`~sun_lightning.networks.rows`)."""
+        ln1, _, lin2, ln2, _, lin3 = self.head
+        return QParams(self.state_branch.linear.weight, self.state_branch.norm.weight, self.goal_branch.linear.weight,
+                       self.goal_branch.norm.weight, self.maxout.linear.weight, ln1.weight, lin2.weight, ln2.weight,
+                       lin3.weight, lin3.bias)
+
+    def native_config(self, dropout: bool) -> QConfig:
+        """The C path's settings; with ``dropout``, the branches' rate and two fresh seeds from torch's generator."""
+        ln1, act, _, ln2, _, _ = self.head
+        eps = (self.state_branch.norm.eps, self.goal_branch.norm.eps, ln1.eps, ln2.eps)
+        p = self.state_branch.dropout if dropout else 0.0
+        threshold = dropout_threshold(p) if p > 0 else 0
+        if not threshold:
+            return QConfig(eps, act.negative_slope, self.maxout.pieces)
+        seeds = tuple(torch.randint(0, 2**62, (2,)).tolist())
+        return QConfig(eps, act.negative_slope, self.maxout.pieces, threshold, 1.0 / (1.0 - p), seeds)
+
+    def _use_native_rows(self, x_s: torch.Tensor, x_g: torch.Tensor) -> bool:
+        """Whether the C path applies: 2-D float32 CPU tables, not under ``vmap``, library built."""
+        return (
+            self.native_rows
+            and x_s.dim() == 2
+            and x_g.dim() == 2
+            and x_s.dtype == x_g.dtype == torch.float32
+            and x_s.device.type == x_g.device.type == "cpu"
+            and not _is_batched(x_s)
+            and not _is_batched(x_g)
+            and not _is_batched(self.maxout.linear.weight)
+            and native_rows_available()
+        )

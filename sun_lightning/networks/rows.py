@@ -18,53 +18,59 @@ kernels are single-threaded, PyTorch's elementwise ops are not), 1.17–1.19× a
 from __future__ import annotations
 
 import ctypes
-import warnings
+import math
+import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch.autograd.function import once_differentiable
 
-from sun_lightning.native import NativeError, NativeLibrary
+from sun_lightning.native import NativeLibrary
 
-__all__ = ["branch_forward", "native_rows_available", "rows_forward"]
+__all__ = ["QConfig", "QParams", "branch_forward", "native_rows_available", "q_forward"]
 
 _p, _int, _i64, _u64, _f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float
 # Selects compile to blends only without trapping math; AVX2 where PyTorch itself uses it
 # (the flags name the cached build, so machines sharing a cache never load each other's).
 _FLAGS = ("-fno-trapping-math", "-fno-math-errno") + (
     ("-mavx2",) if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") else ())
+# Threads only where they are PyTorch's own: a process holds one libgomp (soname libgomp.so.1, which
+# torch has loaded), so the kernels' loops run on torch's OpenMP threads. A second OpenMP runtime
+# would spin against torch's on the same cores (a pthread version measured slower for that reason).
+_OPENMP = (("-fopenmp",) if sys.platform.startswith("linux")
+           and "parallel backend: OpenMP" in torch.__config__.parallel_info() else ())
 LIBRARY = NativeLibrary(
     Path(__file__).with_name("_rows.c"),
     {
         "rows_gather": ([_i64, _i64, _i64, _p, _p, _i64, _i64, _p, _p, _p, _p, _p, _p], _int),
         "rows_norm_act": ([_i64, _i64, _i64, _p, _p, _f32, _f32, _p, _p, _p], None),
-        "rows_norm_act_backward": ([_i64, _i64, _i64, _p, _p, _p, _p, _p, _f32, _p, _p], None),
+        "rows_norm_act_backward": ([_i64, _i64, _i64, _p, _p, _p, _p, _p, _f32, _p, _p], _int),
         "rows_gather_backward": ([_i64, _i64, _i64, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p], None),
         "branch_forward": ([_i64, _i64, _p, _p, _f32, _u64, _int, _f32, _p, _p, _p], None),
-        "branch_backward": ([_i64, _i64, _p, _p, _p, _p, _u64, _int, _f32, _p, _p], None),
+        "branch_backward": ([_i64, _i64, _p, _p, _p, _p, _u64, _int, _f32, _p, _p], _int),
         "branch_dropout_mask": ([_i64, _i64, _u64, _int, _f32, _p], None),
     },
     "The Q network's row-kernel library (_rows.c)",
     _FLAGS,
+    _OPENMP,
 )
-_available: bool | None = None
 
 
 def native_rows_available() -> bool:
     """Whether the C row kernels can be used (built or found in the cache); warns once if not."""
-    global _available
-    if _available is None:
-        try:
-            LIBRARY.load()
-            _available = True
-        except NativeError as e:
-            warnings.warn(f"{e}\nFalling back to the (slower) PyTorch row path of the Q network.", stacklevel=2)
-            _available = False
-    return _available
+    return LIBRARY.available("Falling back to the (slower) PyTorch row path of the Q network.")
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
+
+
+def _checked(status: int) -> None:
+    """Raise for a backward kernel's non-zero status (its partial sums could not be allocated)."""
+    if status:
+        raise MemoryError("the Q network's row kernels could not allocate their partial sums")
 
 
 def _forward(f_s, f_g, pre_s, pre_g, w_p, ln1_w, w2, ln2_w, w3, b3, oi, gi, eps1, eps2, slope, pieces, save):
@@ -92,99 +98,192 @@ def _forward(f_s, f_g, pre_s, pre_g, w_p, ln1_w, w2, ln2_w, w3, b3, oi, gi, eps1
     return out, prod, act1, act2, saved
 
 
-class _Rows(torch.autograd.Function):
+def _rows_backward(saved, oi, gi, slope, pieces, grad_out):
+    """Gradients of :func:`_forward`'s output ``grad_out [R, |A|²]``: tables ``g_f_s, g_f_g, g_pre_s, g_pre_g``
+    and weights ``g_w_p, g_ln1, g_w2, g_ln2, g_w3, g_b3``."""
+    lib = LIBRARY.load()
+    f_s, f_g, w_p, ln1_w, w2, ln2_w, w3 = (saved[k] for k in ("f_s", "f_g", "w_p", "ln1", "w2", "ln2", "w3"))
+    prod, act1, act2, pre = saved["prod"], saved["act1"], saved["act2"], saved["pre"]
+    rows, width = act1.shape
+    pw = w_p.shape[0]
+    g_w3, g_b3, g_act2 = grad_out.t().mm(act2), grad_out.sum(0), grad_out.mm(w3)
+    g_z2, g_ln2 = torch.empty_like(act2), torch.zeros_like(ln2_w)
+    _checked(lib.rows_norm_act_backward(rows, width, 1, g_act2.data_ptr(), saved["xhat2"].data_ptr(),
+                                        saved["rstd2"].data_ptr(), None, ln2_w.data_ptr(), slope, g_z2.data_ptr(),
+                                        g_ln2.data_ptr()))
+    g_w2, g_act1 = g_z2.t().mm(act1), g_z2.mm(w2)
+    g_pre, g_ln1 = act1.new_empty(rows, pw), torch.zeros_like(ln1_w)
+    _checked(lib.rows_norm_act_backward(rows, width, pieces, g_act1.data_ptr(), saved["xhat1"].data_ptr(),
+                                        saved["rstd1"].data_ptr(), pre.data_ptr(), ln1_w.data_ptr(), slope,
+                                        g_pre.data_ptr(), g_ln1.data_ptr()))
+    g_w_p, g_prod = g_pre.t().mm(prod), g_pre.mm(w_p)
+    g_pre_s, g_pre_g = act1.new_zeros(f_s.shape[0], pw), act1.new_zeros(f_g.shape[0], pw)
+    g_f_s, g_f_g = torch.zeros_like(f_s), torch.zeros_like(f_g)
+    lib.rows_gather_backward(rows, width, pw, _ptr(oi), _ptr(gi), g_pre.data_ptr(), g_prod.data_ptr(),
+                             f_s.data_ptr(), f_g.data_ptr(), g_pre_s.data_ptr(), g_pre_g.data_ptr(),
+                             g_f_s.data_ptr(), g_f_g.data_ptr())
+    return g_f_s, g_f_g, g_pre_s, g_pre_g, g_w_p, g_ln1, g_w2, g_ln2, g_w3, g_b3
+
+
+class QParams(NamedTuple):
+    """The weights of :class:`~sun_lightning.networks.q_network.GoalQNetwork` in the kernels' order."""
+
+    w_s: torch.Tensor  # state branch linear [W, obs_dim]
+    ln_s: torch.Tensor  # its LayerNorm weight [W]
+    w_g: torch.Tensor  # goal branch linear [W, goal_dim]
+    ln_g: torch.Tensor
+    w_m: torch.Tensor  # maxout linear [pieces · W, 3 W] on concat(f_s, f_g, f_s ⊙ f_g)
+    ln1: torch.Tensor  # head: LayerNorm, linear w2, LayerNorm, linear w3 + b3
+    w2: torch.Tensor
+    ln2: torch.Tensor
+    w3: torch.Tensor
+    b3: torch.Tensor
+
+
+@dataclass(frozen=True)
+class QConfig:
+    """The non-tensor settings of one evaluation of Q.
+
+    Attributes:
+        eps: LayerNorm eps of the state branch, goal branch and the head's two LayerNorms.
+        slope: LeakyReLU negative slope.
+        pieces: maxout pieces.
+        threshold, keep_scale: the branches' dropout (:func:`dropout_threshold`, 1 / (1 − p)); 0 and 1: none.
+        seeds: the state and goal branches' dropout seeds.
+    """
+
+    eps: tuple[float, float, float, float]
+    slope: float
+    pieces: int
+    threshold: int = 0
+    keep_scale: float = 1.0
+    seeds: tuple[int, int] = (0, 0)
+
+
+def _q_forward(x_s, x_g, p: QParams, oi, gi, column, cfg: QConfig, save: bool):
+    """Q of the rows ``(oi[r], gi[r])`` from encoded tables: ``[R, |A|²]``, or ``[R, |A|]`` at ``column``
+    (``[R, |A|, 1]`` flat indices of the goal action); and what the backward needs when ``save``."""
+    f_s, branch_s = _branch(torch.mm(x_s, p.w_s.t()), p.ln_s, cfg.eps[0], cfg.seeds[0], cfg.threshold,
+                            cfg.keep_scale, save)
+    f_g, branch_g = _branch(torch.mm(x_g, p.w_g.t()), p.ln_g, cfg.eps[1], cfg.seeds[1], cfg.threshold,
+                            cfg.keep_scale, save)
+    # The maxout's linear map of concat(f_s, f_g, f_s ⊙ f_g) is the sum of three maps: the first two
+    # run once per table row, only the product's per row.
+    w_ms, w_mg, w_mp = p.w_m.split(f_s.shape[1], dim=1)
+    pre_s, pre_g = torch.mm(f_s, w_ms.t()), torch.mm(f_g, w_mg.t())
+    out, prod, act1, act2, saved = _forward(f_s, f_g, pre_s, pre_g, w_mp, p.ln1, p.w2, p.ln2, p.w3, p.b3, oi, gi,
+                                            cfg.eps[2], cfg.eps[3], cfg.slope, cfg.pieces, save)
+    if column is not None:
+        out = out.view(column.shape[0], column.shape[1], -1).gather(2, column).view(column.shape[:2])
+    if save:
+        saved.update(f_s=f_s, f_g=f_g, prod=prod, act1=act1, act2=act2, branch_s=branch_s, branch_g=branch_g,
+                     w_p=w_mp, ln1=p.ln1, w2=p.w2, ln2=p.ln2, w3=p.w3)
+    return out, saved
+
+
+def _q_backward(x_s, x_g, p: QParams, saved, oi, gi, column, cfg: QConfig, grad, need_inputs):
+    """Gradients of :func:`_q_forward`'s output: the encoded tables' (where ``need_inputs``) and ``QParams``'."""
+    if column is not None:  # only the goal action's column of each row has a gradient
+        g_out = grad.new_zeros(column.shape[0], column.shape[1], saved["w3"].shape[0] // column.shape[1])
+        g_out = g_out.scatter_(2, column, grad.unsqueeze(2)).view(column.shape[0], -1)
+    else:
+        g_out = grad.contiguous()
+    g_f_s, g_f_g, g_pre_s, g_pre_g, g_w_p, g_ln1, g_w2, g_ln2, g_w3, g_b3 = _rows_backward(
+        saved, oi, gi, cfg.slope, cfg.pieces, g_out)
+    f_s, f_g = saved["f_s"], saved["f_g"]
+    w_ms, w_mg, _ = p.w_m.split(f_s.shape[1], dim=1)
+    g_w_m = torch.cat([g_pre_s.t().mm(f_s), g_pre_g.t().mm(f_g), g_w_p], dim=1)
+    g_f_s.addmm_(g_pre_s, w_ms)
+    g_f_g.addmm_(g_pre_g, w_mg)
+    g_h_s, g_ln_s = _branch_backward(g_f_s, *saved["branch_s"], p.ln_s, cfg.seeds[0], cfg.threshold, cfg.keep_scale)
+    g_h_g, g_ln_g = _branch_backward(g_f_g, *saved["branch_g"], p.ln_g, cfg.seeds[1], cfg.threshold, cfg.keep_scale)
+    g_x_s = g_h_s.mm(p.w_s) if need_inputs[0] else None
+    g_x_g = g_h_g.mm(p.w_g) if need_inputs[1] else None
+    weights = QParams(g_h_s.t().mm(x_s), g_ln_s, g_h_g.t().mm(x_g), g_ln_g, g_w_m, g_ln1, g_w2, g_ln2, g_w3, g_b3)
+    return g_x_s, g_x_g, weights
+
+
+class _Q(torch.autograd.Function):
+    """The whole of Q after its encoders as one autograd node (forward and backward by hand)."""
+
     @staticmethod
-    def forward(ctx, f_s, f_g, pre_s, pre_g, w_p, ln1_w, w2, ln2_w, w3, b3, oi, gi, eps1, eps2, slope, pieces):
-        out, prod, act1, act2, s = _forward(f_s, f_g, pre_s, pre_g, w_p, ln1_w, w2, ln2_w, w3, b3, oi, gi,
-                                            eps1, eps2, slope, pieces, save=True)
-        ctx.save_for_backward(f_s, f_g, w_p, ln1_w, w2, ln2_w, w3, prod, act1, act2,
-                              s["pre"], s["xhat1"], s["rstd1"], s["xhat2"], s["rstd2"])
-        ctx.oi, ctx.gi, ctx.slope, ctx.pieces = oi, gi, slope, pieces
-        ctx.table_rows = (pre_s.shape[0], pre_g.shape[0])
+    def forward(ctx, x_s, x_g, oi, gi, column, cfg, *params):
+        out, saved = _q_forward(x_s, x_g, QParams(*params), oi, gi, column, cfg, save=True)
+        ctx.save_for_backward(x_s, x_g, *params)
+        ctx.saved, ctx.index, ctx.cfg = saved, (oi, gi, column), cfg
         return out
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_out):
-        lib = LIBRARY.load()
-        f_s, f_g, w_p, ln1_w, w2, ln2_w, w3, prod, act1, act2, pre, xhat1, rstd1, xhat2, rstd2 = ctx.saved_tensors
-        grad_out = grad_out.contiguous()
-        rows, width = act1.shape
-        pw = w_p.shape[0]
-        g_w3, g_b3, g_act2 = grad_out.t().mm(act2), grad_out.sum(0), grad_out.mm(w3)
-        g_z2, g_ln2 = torch.empty_like(act2), torch.zeros_like(ln2_w)
-        lib.rows_norm_act_backward(rows, width, 1, g_act2.data_ptr(), xhat2.data_ptr(), rstd2.data_ptr(), None,
-                                   ln2_w.data_ptr(), ctx.slope, g_z2.data_ptr(), g_ln2.data_ptr())
-        g_w2, g_act1 = g_z2.t().mm(act1), g_z2.mm(w2)
-        g_pre, g_ln1 = act1.new_empty(rows, pw), torch.zeros_like(ln1_w)
-        lib.rows_norm_act_backward(rows, width, ctx.pieces, g_act1.data_ptr(), xhat1.data_ptr(), rstd1.data_ptr(),
-                                   pre.data_ptr(), ln1_w.data_ptr(), ctx.slope, g_pre.data_ptr(), g_ln1.data_ptr())
-        g_w_p, g_prod = g_pre.t().mm(prod), g_pre.mm(w_p)
-        (n_s, n_g), oi, gi = ctx.table_rows, ctx.oi, ctx.gi
-        g_pre_s, g_pre_g = act1.new_zeros(n_s, pw), act1.new_zeros(n_g, pw)
-        g_f_s, g_f_g = torch.zeros_like(f_s), torch.zeros_like(f_g)
-        lib.rows_gather_backward(rows, width, pw, _ptr(oi), _ptr(gi), g_pre.data_ptr(), g_prod.data_ptr(),
-                                 f_s.data_ptr(), f_g.data_ptr(), g_pre_s.data_ptr(), g_pre_g.data_ptr(),
-                                 g_f_s.data_ptr(), g_f_g.data_ptr())
-        return (g_f_s, g_f_g, g_pre_s, g_pre_g, g_w_p, g_ln1, g_w2, g_ln2, g_w3, g_b3) + (None,) * 6
+    def backward(ctx, grad):
+        x_s, x_g, *params = ctx.saved_tensors
+        g_x_s, g_x_g, g_params = _q_backward(x_s, x_g, QParams(*params), ctx.saved, *ctx.index, ctx.cfg, grad,
+                                             ctx.needs_input_grad[:2])
+        ctx.saved = None
+        return (g_x_s, g_x_g, None, None, None, None, *g_params)
 
 
-def rows_forward(
-    f_s: torch.Tensor,
-    f_g: torch.Tensor,
-    pre_s: torch.Tensor,
-    pre_g: torch.Tensor,
-    w_p: torch.Tensor,
-    ln1: torch.nn.LayerNorm,
-    w2: torch.Tensor,
-    ln2: torch.nn.LayerNorm,
-    w3: torch.Tensor,
-    b3: torch.Tensor,
-    obs_index: torch.Tensor | None,
-    goal_index: torch.Tensor | None,
-    slope: float,
-    pieces: int,
+def q_forward(
+    x_s: torch.Tensor,
+    x_g: torch.Tensor,
+    params: QParams,
+    cfg: QConfig,
+    obs_index: torch.Tensor | None = None,
+    goal_index: torch.Tensor | None = None,
+    goal_action: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Head outputs ``[rows, |A|²]`` of the rows ``(obs_index[r], goal_index[r])`` of the tables.
+    """Q values of rows ``(obs_index[r], goal_index[r])`` of encoded state and goal tables.
 
     Args:
-        f_s, f_g: branch features of the state and goal tables ``[U, W]``.
-        pre_s, pre_g: their maxout pre-activations ``[U, pieces · W]``.
-        w_p: the maxout weight's block for ``f_s ⊙ f_g`` ``[pieces · W, W]``.
-        ln1, ln2: the head's LayerNorms (weight, no bias); ``w2``, ``w3``, ``b3``: its linears.
-        obs_index, goal_index: int64 rows into the tables; ``None`` is the identity.
-        slope: LeakyReLU negative slope.
-        pieces: maxout pieces.
+        x_s, x_g: encoded state and goal tables ``[U_s, obs_dim]``, ``[U_g, goal_dim]``.
+        params: the network's weights; cfg: its settings and this call's dropout.
+        obs_index, goal_index: int rows ``[R]`` into the tables; ``None`` is the identity.
+        goal_action: ``[R]`` goal action of each row: returns Q(s, ·, g_s, g_a) ``[R, |A|]``;
+            else all ``[R, |A|, |A|]``.
     """
-    if (obs_index is None and goal_index is None and f_s.shape[0] != f_g.shape[0]) or (
+    if (obs_index is None and goal_index is None and x_s.shape[0] != x_g.shape[0]) or (
         obs_index is not None and goal_index is not None and obs_index.shape != goal_index.shape
     ):
-        raise ValueError(f"rows disagree: {f_s.shape[0]} states, {f_g.shape[0]} goals")
-    idx = [None if i is None else i.to(torch.int64).contiguous() for i in (obs_index, goal_index)]
-    tensors = [t.contiguous() for t in (f_s, f_g, pre_s, pre_g)]
-    params = (w_p, ln1.weight, w2, ln2.weight, w3, b3)
-    args = (*tensors, *params, *idx, ln1.eps, ln2.eps, slope, pieces)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (*tensors, *params)):
-        return _Rows.apply(*args)
-    # named for the profiler: ctypes calls are no aten ops, and benchmarks attribute time by op
-    with torch.no_grad(), torch.profiler.record_function("sun_lightning::rows_forward"):
-        return _forward(*args, save=False)[0]
+        raise ValueError(f"rows disagree: {x_s.shape[0]} states, {x_g.shape[0]} goals")
+    oi, gi = (None if i is None else i.to(torch.int64).contiguous() for i in (obs_index, goal_index))
+    num_actions = math.isqrt(params.w3.shape[0])
+    column = None
+    if goal_action is not None:  # flat index of (a, g_a) in each row's |A| × |A| block
+        column = goal_action.to(torch.int64).view(-1, 1, 1).expand(-1, num_actions, 1)
+    x_s, x_g = x_s.contiguous(), x_g.contiguous()
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (x_s, x_g, *params)):
+        out = _Q.apply(x_s, x_g, oi, gi, column, cfg, *params)
+    else:
+        # named for the profiler: ctypes calls are no aten ops, and benchmarks attribute time by op
+        with torch.no_grad(), torch.profiler.record_function("sun_lightning::q_forward"):
+            out = _q_forward(x_s, x_g, params, oi, gi, column, cfg, save=False)[0]
+    return out if column is not None else out.unflatten(-1, (num_actions, num_actions))
 
 
 # ---- the branches: SiLU(dropout(LayerNorm(h))) -------------------------------------------------
 def _branch(h, ln_w, eps, seed, threshold, keep_scale, save):
-    """The branch kernel's output, and its saved ``xhat``, ``rstd`` when ``save``."""
+    """The branch kernel's output, and ``(xhat, rstd)`` for the backward when ``save``."""
     out = torch.empty_like(h)
     xhat, rstd = (torch.empty_like(h), h.new_empty(h.shape[0])) if save else (None, None)
     LIBRARY.load().branch_forward(h.shape[0], h.shape[1], h.data_ptr(), ln_w.data_ptr(), eps, seed, threshold,
                                   keep_scale, out.data_ptr(), _ptr(xhat), _ptr(rstd))
-    return out, xhat, rstd
+    return out, (xhat, rstd)
+
+
+def _branch_backward(grad_out, xhat, rstd, ln_w, seed, threshold, keep_scale):
+    """Gradients of :func:`_branch` with respect to ``h`` and ``ln_w`` (the mask is recomputed from the seed)."""
+    grad_out = grad_out.contiguous()
+    grad_h, grad_w = torch.empty_like(xhat), torch.zeros_like(ln_w)
+    _checked(LIBRARY.load().branch_backward(xhat.shape[0], xhat.shape[1], grad_out.data_ptr(), xhat.data_ptr(),
+                                            rstd.data_ptr(), ln_w.data_ptr(), seed, threshold, keep_scale,
+                                            grad_h.data_ptr(), grad_w.data_ptr()))
+    return grad_h, grad_w
 
 
 class _Branch(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, ln_w, eps, seed, threshold, keep_scale):
-        out, xhat, rstd = _branch(h, ln_w, eps, seed, threshold, keep_scale, save=True)
+        out, (xhat, rstd) = _branch(h, ln_w, eps, seed, threshold, keep_scale, save=True)
         ctx.save_for_backward(xhat, rstd, ln_w)
         ctx.dropout = (seed, threshold, keep_scale)
         return out
@@ -193,12 +292,7 @@ class _Branch(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out):
         xhat, rstd, ln_w = ctx.saved_tensors
-        grad_out = grad_out.contiguous()
-        grad_h, grad_w = torch.empty_like(xhat), torch.zeros_like(ln_w)
-        LIBRARY.load().branch_backward(xhat.shape[0], xhat.shape[1], grad_out.data_ptr(), xhat.data_ptr(),
-                                       rstd.data_ptr(), ln_w.data_ptr(), *ctx.dropout, grad_h.data_ptr(),
-                                       grad_w.data_ptr())
-        return grad_h, grad_w, None, None, None, None
+        return (*_branch_backward(grad_out, xhat, rstd, ln_w, *ctx.dropout), None, None, None, None)
 
 
 def dropout_threshold(p: float) -> int:
@@ -226,5 +320,5 @@ def branch_forward(h: torch.Tensor, ln: torch.nn.LayerNorm, p: float, seed: int 
     args = (h.contiguous(), ln.weight, ln.eps, seed or 0, threshold, 1.0 / (1.0 - p) if threshold else 1.0)
     if torch.is_grad_enabled() and (h.requires_grad or ln.weight.requires_grad):
         return _Branch.apply(*args)
-    with torch.no_grad(), torch.profiler.record_function("sun_lightning::branch_forward"):
+    with torch.no_grad():
         return _branch(*args, save=False)[0]
