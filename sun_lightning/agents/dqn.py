@@ -47,8 +47,9 @@ class DQNSVF(SVFModule):
             ``rbf`` (running standardization + RBF layer) or ``auto`` (identity
             where counts are exact, RBF otherwise).
         rbf_centres: RBF tiles per input dimension.
-        native_rows: run Q's row part with the C row kernels on CPU (same maths; see
-            :mod:`sun_lightning.networks.rows`), else PyTorch ops.
+        native_rows: on CPU, run Q (after its encoders) and the TD(λ) targets with the C kernels
+            (same maths; see :mod:`sun_lightning.networks.rows` and
+            :mod:`sun_lightning.losses.watkins_native`), else PyTorch ops throughout.
     """
 
     def __init__(
@@ -175,7 +176,7 @@ class DQNSVF(SVFModule):
         with torch.no_grad():
             q_target = q_target_fn(states, goals, **index)
         q_taken = q[: n * t].view(n, t, num_actions).gather(-1, action.unsqueeze(-1)).squeeze(-1)
-        if watkins_native.applies(q):
+        if hp.native_rows and watkins_native.applies(q):
             target, cont = watkins_native.watkins_targets(
                 q.detach(), q_target, action, reward, batch[keys.TERMINATED], batch[keys.EPISODE_END], hp.gamma,
                 hp.lam, hp.bootstrap_clip, 1.0 - hp.gamma)

@@ -110,10 +110,10 @@ class GoalQNetwork(nn.Module):
         dropout: dropout probability of the branches.
         init_std: std of the normal weight initialisation.
         obs_encoder, goal_encoder: modules applied to s and g_s first (identity if None).
-        native_rows: run the branches' LayerNorm → dropout → SiLU and the row part (fusion,
-            maxout, head) with the C row kernels of :mod:`~sun_lightning.networks.rows` on CPU
-            (same maths, several times fewer memory passes and ops; the branches' dropout draws
-            its own mask stream); PyTorch ops otherwise, and always on GPU or under ``vmap``.
+        native_rows: on CPU, run everything after the encoders as one autograd node over the C
+            kernels of :mod:`~sun_lightning.networks.rows` (same maths, several times fewer memory
+            passes and ops; the branches' dropout draws its own mask stream); PyTorch ops
+            otherwise, and always on GPU or under ``vmap``.
     """
 
     def __init__(
