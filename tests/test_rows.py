@@ -91,6 +91,8 @@ def test_mismatched_rows_are_an_error():
     fast, _ = pair(8, 2)
     with pytest.raises(ValueError, match="rows disagree"):
         fast(torch.randn(4, 6), torch.randn(3, 5))
+    with pytest.raises(ValueError, match="goal_action has 3 entries for 4 rows"):
+        fast(torch.randn(4, 6), torch.randn(4, 5), goal_action=torch.tensor([0, 1, 2]))
 
 
 def test_without_a_compiler_the_pytorch_path_runs_with_a_warning(tmp_path, monkeypatch):

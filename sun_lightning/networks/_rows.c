@@ -61,22 +61,17 @@ static inline void layer_norm_row_backward(const float *restrict dxh, const floa
     for (int64_t u = 0; u < W; ++u) out[u] = rs * (dxh[u] - s1 - xh[u] * s2);
 }
 
-/* pre[r] = pre_s[oi[r]] + pre_g[gi[r]];  prod[r] = f_s[oi[r]] * f_g[gi[r]].
+/* prod[r] = f_s[oi[r]] * f_g[gi[r]].
  * Returns 0, or -1 (writing nothing) if an index is outside [0, NS) or [0, NG). */
-int rows_gather(int64_t R, int64_t W, int64_t PW, const int64_t *oi, const int64_t *gi, int64_t NS,
-                int64_t NG, const float *pre_s, const float *pre_g, const float *f_s,
-                const float *f_g, float *pre, float *prod) {
+int rows_product(int64_t R, int64_t W, const int64_t *oi, const int64_t *gi, int64_t NS, int64_t NG,
+                 const float *f_s, const float *f_g, float *prod) {
     for (int64_t r = 0; r < R; ++r) {
         const int64_t s = ROW(oi, r), g = ROW(gi, r);
         if (s < 0 || s >= NS || g < 0 || g >= NG) return -1;
     }
     #pragma omp parallel for schedule(static) if (R >= PARALLEL_ROWS)
     for (int64_t r = 0; r < R; ++r) {
-        const int64_t s = ROW(oi, r), g = ROW(gi, r);
-        const float *restrict x = pre_s + s * PW, *restrict y = pre_g + g * PW;
-        float *restrict o = pre + r * PW;
-        for (int64_t j = 0; j < PW; ++j) o[j] = x[j] + y[j];
-        const float *restrict fs = f_s + s * W, *restrict fg = f_g + g * W;
+        const float *restrict fs = f_s + ROW(oi, r) * W, *restrict fg = f_g + ROW(gi, r) * W;
         float *restrict p = prod + r * W;
         for (int64_t u = 0; u < W; ++u) p[u] = fs[u] * fg[u];
     }
@@ -92,21 +87,33 @@ static inline void piece_max(const float *restrict row, int64_t W, int64_t P, fl
     }
 }
 
-/* act[r] = leaky(LayerNorm(max_p pre[r, p, :]) · ln_w).  With P == 1 the max is the
- * identity.  xhat and rstd (saved for the backward) may be NULL. */
-void rows_norm_act(int64_t R, int64_t W, int64_t P, const float *pre, const float *ln_w, float eps,
-                   float slope, float *restrict act, float *restrict xhat, float *restrict rstd) {
+/* act[r] = leaky(LayerNorm(max_p x[r, p, :]) · ln_w), x[r] = pre_s[oi[r]] + pre_g[gi[r]] + pre[r]:
+ * the maxout's pre-activations, the tables' terms gathered here and the product's term computed
+ * by the GEMM into pre (rows_product's indices, already checked).  Without tables (pre_s NULL)
+ * x = pre; with P == 1 the max is the identity.  keep writes x back into pre (the backward finds
+ * the winning pieces in it); xhat and rstd (saved for the backward) may be NULL. */
+void rows_norm_act(int64_t R, int64_t W, int64_t P, const int64_t *oi, const int64_t *gi,
+                   const float *pre_s, const float *pre_g, int keep, float *pre, const float *ln_w,
+                   float eps, float slope, float *restrict act, float *restrict xhat,
+                   float *restrict rstd) {
     #pragma omp parallel for schedule(static) if (R >= PARALLEL_ROWS)
     for (int64_t r = 0; r < R; ++r) {
-        float h[W], d[W], t[W];
-        piece_max(pre + r * P * W, W, P, h);
+        float x[P * W], h[W], d[W], t[W];
+        float *row = pre + r * P * W;
+        if (pre_s) {
+            const float *restrict a = pre_s + ROW(oi, r) * P * W, *restrict b = pre_g + ROW(gi, r) * P * W;
+            float *out = keep ? row : x;
+            for (int64_t j = 0; j < P * W; ++j) out[j] = (a[j] + b[j]) + row[j];
+            row = out;
+        }
+        piece_max(row, W, P, h);
         const float rs = layer_norm_row(h, W, eps, d, t);
         if (rstd) rstd[r] = rs;
         if (xhat) memcpy(xhat + r * W, d, (size_t)W * sizeof(float));
-        float *restrict out = act + r * W;
+        float *restrict o = act + r * W;
         for (int64_t u = 0; u < W; ++u) {
             const float y = d[u] * ln_w[u];
-            out[u] = y > 0.f ? y : slope * y;
+            o[u] = y > 0.f ? y : slope * y;
         }
     }
 }

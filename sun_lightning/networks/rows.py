@@ -46,8 +46,8 @@ _OPENMP = (("-fopenmp",) if sys.platform.startswith("linux")
 LIBRARY = NativeLibrary(
     Path(__file__).with_name("_rows.c"),
     {
-        "rows_gather": ([_i64, _i64, _i64, _p, _p, _i64, _i64, _p, _p, _p, _p, _p, _p], _int),
-        "rows_norm_act": ([_i64, _i64, _i64, _p, _p, _f32, _f32, _p, _p, _p], None),
+        "rows_product": ([_i64, _i64, _p, _p, _i64, _i64, _p, _p, _p], _int),
+        "rows_norm_act": ([_i64, _i64, _i64, _p, _p, _p, _p, _int, _p, _p, _f32, _f32, _p, _p, _p], None),
         "rows_norm_act_backward": ([_i64, _i64, _i64, _p, _p, _p, _p, _p, _f32, _p, _p], _int),
         "rows_gather_backward": ([_i64, _i64, _i64, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p], None),
         "branch_forward": ([_i64, _i64, _p, _p, _f32, _u64, _int, _f32, _p, _p, _p], None),
@@ -78,34 +78,34 @@ def _checked(status: int) -> None:
 def _forward(f_s, f_g, pre_s, pre_g, w_p, ln1_w, w2, ln2_w, w3, b3, oi, gi, eps1, eps2, slope, pieces, save):
     lib = LIBRARY.load()
     rows = oi.numel() if oi is not None else gi.numel() if gi is not None else f_s.shape[0]
-    width, pw = f_s.shape[1], pre_s.shape[1]
-    pre = f_s.new_empty(rows, pw)
+    width = f_s.shape[1]
     prod = f_s.new_empty(rows, width)
-    if lib.rows_gather(rows, width, pw, _ptr(oi), _ptr(gi), f_s.shape[0], f_g.shape[0], pre_s.data_ptr(),
-                       pre_g.data_ptr(), f_s.data_ptr(), f_g.data_ptr(), pre.data_ptr(), prod.data_ptr()):
+    if lib.rows_product(rows, width, _ptr(oi), _ptr(gi), f_s.shape[0], f_g.shape[0], f_s.data_ptr(),
+                        f_g.data_ptr(), prod.data_ptr()):
         raise IndexError(f"row index out of range: tables of {f_s.shape[0]} states and {f_g.shape[0]} goals")
-    pre.addmm_(prod, w_p.t())  # GEMM accumulating into the gathered sum
+    # the product's share of the maxout pre-activations; the kernel adds the tables' rows to it
+    pre = torch.mm(prod, w_p.t())
     saved = {}
     act1 = f_s.new_empty(rows, width)
     if save:  # the backward finds the maxout's winning pieces again in pre
         saved = dict(pre=pre, xhat1=f_s.new_empty(rows, width), rstd1=f_s.new_empty(rows),
                      xhat2=f_s.new_empty(rows, width), rstd2=f_s.new_empty(rows))
-    lib.rows_norm_act(rows, width, pieces, pre.data_ptr(), ln1_w.data_ptr(), eps1, slope, act1.data_ptr(),
-                      _ptr(saved.get("xhat1")), _ptr(saved.get("rstd1")))
+    lib.rows_norm_act(rows, width, pieces, _ptr(oi), _ptr(gi), pre_s.data_ptr(), pre_g.data_ptr(), int(save),
+                      pre.data_ptr(), ln1_w.data_ptr(), eps1, slope, act1.data_ptr(), _ptr(saved.get("xhat1")),
+                      _ptr(saved.get("rstd1")))
     z2 = torch.mm(act1, w2.t())
     act2 = torch.empty_like(z2)
-    lib.rows_norm_act(rows, width, 1, z2.data_ptr(), ln2_w.data_ptr(), eps2, slope, act2.data_ptr(),
-                      _ptr(saved.get("xhat2")), _ptr(saved.get("rstd2")))
+    lib.rows_norm_act(rows, width, 1, None, None, None, None, 0, z2.data_ptr(), ln2_w.data_ptr(), eps2, slope,
+                      act2.data_ptr(), _ptr(saved.get("xhat2")), _ptr(saved.get("rstd2")))
     out = torch.addmm(b3, act2, w3.t())
     return out, prod, act1, act2, saved
 
 
-def _rows_backward(saved, oi, gi, slope, pieces, grad_out):
+def _rows_backward(saved, w_p, ln1_w, w2, ln2_w, w3, oi, gi, slope, pieces, grad_out):
     """Gradients of :func:`_forward`'s output ``grad_out [R, |A|²]``: tables ``g_f_s, g_f_g, g_pre_s, g_pre_g``
     and weights ``g_w_p, g_ln1, g_w2, g_ln2, g_w3, g_b3``."""
     lib = LIBRARY.load()
-    f_s, f_g, w_p, ln1_w, w2, ln2_w, w3 = (saved[k] for k in ("f_s", "f_g", "w_p", "ln1", "w2", "ln2", "w3"))
-    prod, act1, act2, pre = saved["prod"], saved["act1"], saved["act2"], saved["pre"]
+    f_s, f_g, prod, act1, act2, pre = (saved[k] for k in ("f_s", "f_g", "prod", "act1", "act2", "pre"))
     rows, width = act1.shape
     pw = w_p.shape[0]
     g_w3, g_b3, g_act2 = grad_out.t().mm(act2), grad_out.sum(0), grad_out.mm(w3)
@@ -164,7 +164,8 @@ class QConfig:
 
 def _q_forward(x_s, x_g, p: QParams, oi, gi, column, cfg: QConfig, save: bool):
     """Q of the rows ``(oi[r], gi[r])`` from encoded tables: ``[R, |A|²]``, or ``[R, |A|]`` at ``column``
-    (``[R, |A|, 1]`` flat indices of the goal action); and what the backward needs when ``save``."""
+    (each row's goal action, expanded ``[R, |A|, 1]``: its column of the row's ``|A| × |A|`` block);
+    and the intermediate results the backward needs when ``save``."""
     f_s, branch_s = _branch(torch.mm(x_s, p.w_s.t()), p.ln_s, cfg.eps[0], cfg.seeds[0], cfg.threshold,
                             cfg.keep_scale, save)
     f_g, branch_g = _branch(torch.mm(x_g, p.w_g.t()), p.ln_g, cfg.eps[1], cfg.seeds[1], cfg.threshold,
@@ -178,22 +179,21 @@ def _q_forward(x_s, x_g, p: QParams, oi, gi, column, cfg: QConfig, save: bool):
     if column is not None:
         out = out.view(column.shape[0], column.shape[1], -1).gather(2, column).view(column.shape[:2])
     if save:
-        saved.update(f_s=f_s, f_g=f_g, prod=prod, act1=act1, act2=act2, branch_s=branch_s, branch_g=branch_g,
-                     w_p=w_mp, ln1=p.ln1, w2=p.w2, ln2=p.ln2, w3=p.w3)
+        saved.update(f_s=f_s, f_g=f_g, prod=prod, act1=act1, act2=act2, branch_s=branch_s, branch_g=branch_g)
     return out, saved
 
 
 def _q_backward(x_s, x_g, p: QParams, saved, oi, gi, column, cfg: QConfig, grad, need_inputs):
     """Gradients of :func:`_q_forward`'s output: the encoded tables' (where ``need_inputs``) and ``QParams``'."""
     if column is not None:  # only the goal action's column of each row has a gradient
-        g_out = grad.new_zeros(column.shape[0], column.shape[1], saved["w3"].shape[0] // column.shape[1])
+        g_out = grad.new_zeros(column.shape[0], column.shape[1], p.w3.shape[0] // column.shape[1])
         g_out = g_out.scatter_(2, column, grad.unsqueeze(2)).view(column.shape[0], -1)
     else:
         g_out = grad.contiguous()
-    g_f_s, g_f_g, g_pre_s, g_pre_g, g_w_p, g_ln1, g_w2, g_ln2, g_w3, g_b3 = _rows_backward(
-        saved, oi, gi, cfg.slope, cfg.pieces, g_out)
     f_s, f_g = saved["f_s"], saved["f_g"]
-    w_ms, w_mg, _ = p.w_m.split(f_s.shape[1], dim=1)
+    w_ms, w_mg, w_mp = p.w_m.split(f_s.shape[1], dim=1)
+    g_f_s, g_f_g, g_pre_s, g_pre_g, g_w_p, g_ln1, g_w2, g_ln2, g_w3, g_b3 = _rows_backward(
+        saved, w_mp, p.ln1, p.w2, p.ln2, p.w3, oi, gi, cfg.slope, cfg.pieces, g_out)
     g_w_m = torch.cat([g_pre_s.t().mm(f_s), g_pre_g.t().mm(f_g), g_w_p], dim=1)
     g_f_s.addmm_(g_pre_s, w_ms)
     g_f_g.addmm_(g_pre_g, w_mg)
@@ -221,7 +221,6 @@ class _Q(torch.autograd.Function):
         x_s, x_g, *params = ctx.saved_tensors
         g_x_s, g_x_g, g_params = _q_backward(x_s, x_g, QParams(*params), ctx.saved, *ctx.index, ctx.cfg, grad,
                                              ctx.needs_input_grad[:2])
-        ctx.saved = None
         return (g_x_s, g_x_g, None, None, None, None, *g_params)
 
 
@@ -250,7 +249,10 @@ def q_forward(
     oi, gi = (None if i is None else i.to(torch.int64).contiguous() for i in (obs_index, goal_index))
     num_actions = math.isqrt(params.w3.shape[0])
     column = None
-    if goal_action is not None:  # flat index of (a, g_a) in each row's |A| × |A| block
+    if goal_action is not None:  # the goal action's column of each row's |A| × |A| block
+        rows = oi.numel() if oi is not None else gi.numel() if gi is not None else x_s.shape[0]
+        if goal_action.numel() != rows:
+            raise ValueError(f"goal_action has {goal_action.numel()} entries for {rows} rows")
         column = goal_action.to(torch.int64).view(-1, 1, 1).expand(-1, num_actions, 1)
     x_s, x_g = x_s.contiguous(), x_g.contiguous()
     if torch.is_grad_enabled() and any(t.requires_grad for t in (x_s, x_g, *params)):
