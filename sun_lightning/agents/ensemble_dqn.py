@@ -8,7 +8,8 @@ argmax_a min_i Q_i(s, a, g).
 The E members are one :class:`~sun_lightning.networks.q_network.GoalQNetwork`
 whose parameters carry a leading member axis ``[E, ...]``. A single
 ``torch.vmap`` over :func:`torch.func.functional_call` evaluates all members in
-one batched forward (dropout drawn independently per member). Because the
+one batched forward (dropout drawn independently per member); on CPU with the C
+kernels (which have no vmap rule), a loop calls each member's slice instead. Because the
 stacked parameters are ordinary leaf tensors, AdamW (elementwise) and the
 Polyak update of :class:`~sun_lightning.agents.dqn.DQNSVF` act on each member
 exactly as on a single critic; only gradient clipping needs a per-member norm.
@@ -26,6 +27,7 @@ from torch.func import functional_call
 from sun_lightning import keys
 from sun_lightning.agents.dqn import DQNSVF, QFunction
 from sun_lightning.envs.registry import GoalSpace
+from sun_lightning.networks.rows import native_rows_available
 
 
 class EnsembleDQNSVF(DQNSVF):
@@ -84,7 +86,7 @@ class EnsembleDQNSVF(DQNSVF):
         obs_index: torch.Tensor | None = None,
         goal_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Q of every member, ``[E, ..., |A|, |A|]``, in one vmapped forward.
+        """Q of every member, ``[E, ..., |A|, |A|]``: one vmapped forward, or on CPU with the C kernels a loop over members.
 
         Args:
             net: ``self.q`` or ``self.q_target`` (stacked parameters).
@@ -97,6 +99,21 @@ class EnsembleDQNSVF(DQNSVF):
                 tables ``obs [E, U_s, D]``, ``goal [E, U_g, G]`` (see ``GoalQNetwork.forward``).
         """
         params = dict(net.named_parameters()) if params is None else params
+        if self.hparams.native_rows and obs.device.type == "cpu" and native_rows_available():
+            # The C path is one autograd node per network but has no vmap rule: each member runs it
+            # with its own slice of the stacked parameters (gradients flow back into the stack).
+            out = []
+            for e in range(self.ensemble_size):
+                o, g = (obs, goal) if shared_inputs else (obs[e], goal[e])
+                kwargs = {"dropout": dropout}
+                if obs_index is not None:
+                    kwargs.update(obs_index=obs_index[e], goal_index=goal_index[e])
+                else:  # rows flattened: the C path takes 2-D tables
+                    lead = o.shape[:-1]
+                    o, g = o.reshape(-1, o.shape[-1]), g.reshape(-1, g.shape[-1])
+                q = functional_call(net, {name: value[e] for name, value in params.items()}, (o, g), kwargs)
+                out.append(q if obs_index is not None else q.view(*lead, *q.shape[1:]))
+            return torch.stack(out)
         in_dim = None if shared_inputs else 0
         # "different": every member draws its own dropout mask.
         if obs_index is None:
