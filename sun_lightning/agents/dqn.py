@@ -118,10 +118,6 @@ class DQNSVF(SVFModule):
         q = self.q(obs, goal.flatten(0, 1), obs_index=state_index, goal_action=goal_action.flatten())  # [B·K, A]
         return q.view(b, k, -1).amax(-1)
 
-    @property
-    def q_shape(self) -> tuple[int, int]:
-        return (self.goal_space.num_actions, self.goal_space.num_actions)
-
     # ---- learning ---------------------------------------------------------------------
     def configure_optimizers(self) -> torch.optim.Optimizer:
         # The fused kernel updates all parameters in one pass (CPU and CUDA).

@@ -99,7 +99,7 @@ class EnsembleDQNSVF(DQNSVF):
                 tables ``obs [E, U_s, D]``, ``goal [E, U_g, G]`` (see ``GoalQNetwork.forward``).
         """
         params = dict(net.named_parameters()) if params is None else params
-        if self.hparams.native_rows and obs.device.type == "cpu" and native_rows_available():
+        if net.native_rows and obs.device.type == "cpu" and native_rows_available():
             # The C path is one autograd node per network but has no vmap rule: each member runs it
             # with its own slice of the stacked parameters (gradients flow back into the stack).
             out = []

@@ -171,7 +171,8 @@ int rows_norm_act_backward(int64_t R, int64_t W, int64_t P, const float *grad_ac
     return 0;
 }
 
-/* Backward of rows_gather, accumulated into zeroed tables:
+/* Backward of the row gathers (rows_product's products, rows_norm_act's table terms),
+ * accumulated into zeroed tables:
  * g_pre_s[oi[r]] += grad_pre[r], g_pre_g[gi[r]] += grad_pre[r],
  * g_f_s[oi[r]] += grad_prod[r] · f_g[gi[r]], g_f_g[gi[r]] += grad_prod[r] · f_s[oi[r]].
  * The two sides (state tables, goal tables) run on two threads, each visiting the rows in order. */
