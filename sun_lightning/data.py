@@ -113,13 +113,26 @@ class ExplorationDataModule(pl.LightningDataModule):
         self.transform = GoalSelectionTransform(self.selector, self.storage, learner, self.num_envs)
         self.env = TransformedEnv(base, self.transform)
         self.policy = EpsilonGreedyPolicy(learner, space.num_actions, self.epsilon, self.selector.uses_goals)
-        self.collector = Collector(self.env, self.policy, frames_per_batch=self.num_envs, total_frames=-1)
+        # One vector step per batch, consumed (copied into D) before the next: the collector may hand
+        # back the same TensorDict each time, and trajectory ids are never read.
+        self.collector = Collector(self.env, self.policy, frames_per_batch=self.num_envs, total_frames=-1,
+                                   return_same_td=True, track_traj_ids=False)
 
     def teardown(self, stage: str) -> None:
         collector = getattr(self, "collector", None)
         if collector is not None:
             collector.shutdown()
             self.collector = None
+
+    def transfer_batch_to_device(self, batch: list[TensorDict], device: torch.device, dataloader_idx: int) -> list[TensorDict]:
+        """Move the learning batches to the learner's device, unless they are there already.
+
+        The sampler draws them where D lives, so on one device Lightning's generic move would
+        only walk every key of every batch to return the same tensors.
+        """
+        if all(td.device == device for td in batch):
+            return batch
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def train_dataloader(self) -> DataLoader:
         # Batches are whole TensorDicts already: no re-batching, no conversion.
@@ -139,9 +152,13 @@ class ExplorationDataModule(pl.LightningDataModule):
             for listener in self.frame_listeners:
                 listener(self.frames)
             if self.frames >= self.warmup_frames:
-                # One more step of random actions lets the transform draw goals first.
-                self.policy.warmup = not self.transform.active
-                self.transform.active = True
+                # One more step of random actions lets the transform draw goals first. (Set only
+                # on change: both are nn.Modules, whose attribute assignment is slow.)
+                warmup = not self.transform.active
+                if self.policy.warmup != warmup:
+                    self.policy.warmup = warmup
+                if warmup:
+                    self.transform.active = True
                 if learns:
                     # One update per frame collected after the warm-up.
                     credit += min(step.numel(), self.frames - self.warmup_frames) * self.updates_per_frame
@@ -176,19 +193,17 @@ def _identity(batch: list[TensorDict]) -> list[TensorDict]:
     return batch
 
 
-def _transitions(step: TensorDict) -> TensorDict:
-    """The entries the replay storage keeps from one collected vector step."""
+def _transitions(step: TensorDict) -> dict[str, torch.Tensor]:
+    """The entries the replay storage keeps from one collected vector step (a plain dict: the storage
+    copies them at once, so a TensorDict's checks on construction would be spent for nothing)."""
     nxt = step[keys.NEXT]
-    return TensorDict(
-        {
-            keys.OBS: step[keys.OBS],
-            keys.ACTION: step[keys.ACTION],
-            keys.NEXT_OBS: nxt[keys.OBS],
-            keys.TERMINATED: nxt[keys.TERMINATED].reshape(-1),
-            keys.EPISODE_END: nxt[keys.DONE].reshape(-1),
-        },
-        batch_size=step.batch_size,
-    )
+    return {
+        keys.OBS: step[keys.OBS],
+        keys.ACTION: step[keys.ACTION],
+        keys.NEXT_OBS: nxt[keys.OBS],
+        keys.TERMINATED: nxt[keys.TERMINATED].reshape(-1),
+        keys.EPISODE_END: nxt[keys.DONE].reshape(-1),
+    }
 
 
 class CollectionStats:

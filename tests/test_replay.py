@@ -105,3 +105,99 @@ def check_segmented_batch(batch):
     assert batch[keys.REWARD].view(16, 4, 2, 16)[:, :, 0].sum(-1).min() >= 1  # every run ends a segment on a cut
     # Negatives: one goal for the whole run.
     assert (goal_tile[:, :, 1] == goal_tile[:, :, 1, :1]).all()
+
+
+def random_storage(env_id: str, steps: int, num_envs: int = 4, capacity: int = 1000, seed: int = 0):
+    """A storage written through ``extend`` with random transitions: one-hot observations on gridworlds,
+    Gaussian ones elsewhere; about one step in eight ends an episode, half of those terminate."""
+    from sun_lightning.envs.registry import goal_space
+    from sun_lightning.replay.exact_count import ExactCount
+    from sun_lightning.replay.pseudocount import RadiusPseudocount
+    from sun_lightning.replay.storage import GoalReplayStorage
+
+    space = goal_space(env_id)
+    if space.exact_counts:
+        pseudocount = ExactCount(space.obs_dim * space.num_actions, capacity, space.num_actions)
+    else:
+        pseudocount = RadiusPseudocount(space.goal_dim, space.rho, capacity, space.num_actions, 100)
+    storage = GoalReplayStorage(space, num_envs, capacity, pseudocount)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        if space.exact_counts:
+            obs = torch.nn.functional.one_hot(torch.randint(0, space.obs_dim, (num_envs,), generator=g), space.obs_dim).float()
+        else:
+            obs = torch.randn(num_envs, space.obs_dim, generator=g)
+        end = torch.rand(num_envs, generator=g) < 0.125
+        storage.extend({
+            keys.OBS: obs,
+            keys.ACTION: torch.randint(0, space.num_actions, (num_envs,), generator=g),
+            keys.NEXT_OBS: obs.roll(1, -1),
+            keys.TERMINATED: end & (torch.rand(num_envs, generator=g) < 0.5),
+            keys.EPISODE_END: end,
+        })
+    return storage
+
+
+@pytest.mark.parametrize("env_id", [THREE_ROOM, "sun_lightning/CartPole-v0"])
+@pytest.mark.parametrize("negatives", [True, False])
+@pytest.mark.parametrize("count", [None, 3])
+def test_native_batch_equals_tensor_batch(env_id, negatives, count):
+    """The C kernel and the tensor path build the same batch, bit for bit, from the same seed."""
+    from sun_lightning.replay import hindsight_native
+
+    storage = random_storage(env_id, steps=300, capacity=1000)  # wraps around: 1200 entries written
+    assert hindsight_native.applies(storage)
+    sampler = SegmentedHindsightSampler(num_sequences=8, length=12, relabels=3, negatives=negatives)
+    scale = storage.scale()
+    rewarded = 0
+    for seed in range(4):
+        # A wide σ̃ on the radius rule so that negatives and far positives are rewarded too.
+        sc = None if scale is None else scale * (1 + 20 * seed)
+        native = sampler.sample(storage, sc, torch.Generator().manual_seed(seed), count, native=True)
+        tensor = sampler.sample(storage, sc, torch.Generator().manual_seed(seed), count, native=False)
+        assert native.batch_size == tensor.batch_size and set(native.keys()) == set(tensor.keys())
+        for key in tensor.keys():
+            assert native[key].dtype == tensor[key].dtype, key
+            assert torch.equal(native[key], tensor[key]), key
+        rewarded += int(native[keys.REWARD].sum())
+        assert native[keys.EPISODE_END].any() and native[keys.TERMINATED].any()
+    assert 0 < rewarded < native[keys.REWARD].numel() * 4
+
+
+def test_sampler_draws_are_reproducible_and_unchanged_by_the_path():
+    """Same seed, same batch; and the draws leave the generator where the tensor path leaves it."""
+    storage = random_storage(THREE_ROOM, steps=100)
+    sampler = SegmentedHindsightSampler()
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    a = sampler.sample(storage, generator=g1, count=2, native=True)
+    b = sampler.sample(storage, generator=g2, count=2, native=False)
+    assert torch.equal(g1.get_state(), g2.get_state())
+    assert torch.equal(a[keys.GOAL_INDEX], b[keys.GOAL_INDEX])
+    c = sampler.sample(storage, generator=torch.Generator().manual_seed(5), count=2)
+    assert torch.equal(a[keys.REWARD], c[keys.REWARD]) and torch.equal(a[keys.STATES], c[keys.STATES])
+
+
+def test_extend_writes_consecutive_slices_and_tiles():
+    storage = random_storage(THREE_ROOM, steps=300, num_envs=4, capacity=1000)
+    # 1200 entries into 1000: the last 200 overwrote positions 0..199.
+    entries = storage.get(torch.arange(1000))
+    assert torch.equal(storage.tiles, entries[keys.OBS].argmax(-1))
+    fresh = random_storage(THREE_ROOM, steps=300, num_envs=4, capacity=2000)
+    assert torch.equal(storage.get(torch.arange(200, 1000))[keys.OBS], fresh.get(torch.arange(200, 1000))[keys.OBS])
+    assert torch.equal(storage.get(torch.arange(200))[keys.OBS], fresh.get(torch.arange(1000, 1200))[keys.OBS])
+    assert torch.equal(storage.get(torch.arange(200))[keys.EPISODE_END], fresh.get(torch.arange(1000, 1200))[keys.EPISODE_END])
+
+
+def test_batches_already_on_the_learner_device_skip_the_transfer():
+    from sun_lightning.data import ExplorationDataModule
+
+    dm = ExplorationDataModule(THREE_ROOM, warmup_frames=64)
+    batches = list(SegmentedHindsightSampler().sample(random_storage(THREE_ROOM, steps=100), count=2).unbind(0))
+    cpu = torch.device("cpu")
+    assert all(b.device == cpu for b in batches)
+    assert dm.transfer_batch_to_device(batches, cpu, 0) is batches
+    # Batches without a device still go through Lightning's move.
+    loose = [b.copy().clear_device_() for b in batches]
+    moved = dm.transfer_batch_to_device(loose, cpu, 0)
+    assert moved is not loose and all(b.device == cpu for b in moved)
+    assert all(torch.equal(m[keys.STATES], b[keys.STATES]) for m, b in zip(moved, batches))

@@ -95,7 +95,8 @@ class GoalSelectionTransform(Transform):
         achieved = self.space.project(tensordict[keys.OBS])
         action = tensordict[keys.ACTION] if self.space.discrete else None
         reached = had_goal & goal_reached(self.space, achieved, action, self.goal, self.goal_action, self.storage.scale())
-        self.goal_steps += had_goal
+        # In-place methods, not `+=`: augmented assignment re-sets the attribute through nn.Module's slow __setattr__.
+        self.goal_steps.add_(had_goal)
         self.flags[keys.GOAL_REACHED] = reached
         random_phase = self.flags[keys.RANDOM_PHASE]
         if self.selector.episodic:
@@ -106,7 +107,7 @@ class GoalSelectionTransform(Transform):
         else:
             value_now = self._current_values(next_tensordict[keys.OBS]) if self.selector.adaptive else None
             drop = had_goal & self.selector.should_reselect(reached, value_now, self.value_at_selection)
-        self.has_goal &= ~drop
+        self.has_goal.bitwise_and_(~drop)
         # Reported once, on the step that reached the goal.
         steps_to_goal = torch.where(reached, self.goal_steps, 0)
         done = next_tensordict[keys.DONE].reshape(-1)

@@ -18,7 +18,8 @@ from tensordict import TensorDict
 
 from sun_lightning import keys
 from sun_lightning.goals.reach import goal_reached
-from sun_lightning.losses.relabel import sample_segment_goal_index
+from sun_lightning.losses.relabel import segment_goal_index
+from sun_lightning.replay import hindsight_native
 from sun_lightning.replay.storage import GoalReplayStorage
 
 
@@ -53,6 +54,7 @@ class SegmentedHindsightSampler:
         scale: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
         count: int | None = None,
+        native: bool | None = None,
     ) -> TensorDict:
         """A relabelled batch, or ``count`` independent batches stacked ``[count]``.
 
@@ -72,25 +74,58 @@ class SegmentedHindsightSampler:
             scale: goal standardization σ̃ for the ``"radius"`` reach rule.
             generator: random generator (defaults to torch's global one).
             count: number of batches (``None``: one, without the leading dimension).
+            native: assemble the batch with the C kernel of :mod:`~sun_lightning.replay.hindsight_native`
+                (``None``: wherever it applies) or with tensor ops; same draws, same batch.
         """
         k = 1 if count is None else count
         if k <= 0:
             raise ValueError(f"count must be positive, got {count}")
+        s, t, r = self.num_sequences, self.length, self.relabels
+        # The draws, in this order, are the batch's only randomness: both paths below read them.
+        seq_index = storage.sequence_index(k * s, t, generator)
+        u = torch.rand((k * s * r, t), generator=generator, device=storage.device)
+        neg_index = storage.sample_index((k, s, r), generator) if self.negatives else None
+        if native is None:
+            native = hindsight_native.applies(storage)
+        if native:
+            out = hindsight_native.segmented_batch(storage, s, t, r, seq_index, u, neg_index)
+            if out[keys.REWARD] is None:  # the radius rule: the runs' achieved goals lead each goal table
+                goals = out[keys.GOALS]
+                out[keys.REWARD] = self._reward(storage, scale, goals, out, goals.shape[1]).float()
+        else:
+            out = self._tensor_batch(storage, scale, seq_index, u, neg_index, k)
+        out = TensorDict(
+            out,
+            batch_size=[k],
+            device=storage.device,  # lets the DataModule's transfer hook see at once that a batch is already in place
+        )
+        return out if count is not None else out[0]
+
+    def _tensor_batch(
+        self,
+        storage: GoalReplayStorage,
+        scale: torch.Tensor | None,
+        seq_index: torch.Tensor,
+        u: torch.Tensor,
+        neg_index: torch.Tensor | None,
+        k: int,
+    ) -> dict[str, torch.Tensor]:
+        """The batch's keys from the draws with tensor ops: the reference, and the path off CPU."""
         space, s, t, r, c = storage.space, self.num_sequences, self.length, self.relabels, self.copies
-        seq = storage.get(storage.sequence_index(k * s, t, generator))
+        seq = storage.get(seq_index)
         obs, action, end = seq[keys.OBS], seq[keys.ACTION], seq[keys.EPISODE_END]  # [k·s, t]
         achieved = space.project(obs)
         device = action.device
         step = torch.arange(s * t, device=device).view(1, s, 1, t)  # position of (run, step) in its batch's tables
 
-        cut = sample_segment_goal_index(end.repeat_interleave(r, 0), generator).view(k, s, r, t)
+        cut = segment_goal_index(end.repeat_interleave(r, 0), u).view(k, s, r, t)
         goal_index = step[..., :1] + cut  # the achieved goal of the cut step, in the goal table
         goal_action = torch.gather(action.view(k, s, 1, t).expand(k, s, r, t), 3, cut)
         goals = achieved.reshape(k, s * t, -1)
-        if self.negatives:
-            neg = storage.get(storage.sample_index((k, s, r), generator), (keys.OBS, keys.ACTION))
-            neg_index = s * t + torch.arange(s * r, device=device).view(1, s, r, 1).expand(k, s, r, t)
-            goal_index = torch.stack([goal_index, neg_index], 3)
+        if neg_index is not None:
+            neg = storage.get(neg_index, (keys.OBS, keys.ACTION))
+            neg_goal = s * t + torch.arange(s * r, device=device).view(1, s, r, 1).expand(k, s, r, t)
+            goal_index = torch.stack([goal_index, neg_goal], 3)
             goal_action = torch.stack([goal_action, neg[keys.ACTION].unsqueeze(3).expand(k, s, r, t)], 3)
             goals = torch.cat([goals, space.project(neg[keys.OBS]).reshape(k, s * r, -1)], 1)
         goal_index, goal_action = goal_index.reshape(k, s * c, t), goal_action.reshape(k, s * c, t)
@@ -100,26 +135,34 @@ class SegmentedHindsightSampler:
             return x.view(k, s, 1, t).expand(k, s, c, t).reshape(k, s * c, t)
 
         state_index = step.expand(k, s, c, t).reshape(k, s * c, t)
-        act = rows(action)
-        # Rewards from the flattened tables of all k batches, each batch's rows offset to its own.
-        batch = torch.arange(k, device=device).view(k, 1, 1)
-        reward = goal_reached(
-            space, achieved.flatten(0, 1), act, goals.flatten(0, 1), goal_action, scale,
-            state_index + batch * (s * t), goal_index + batch * goals.shape[1],
+        out = {
+            keys.STATES: torch.cat([obs.reshape(k, s * t, -1), seq[keys.NEXT_OBS].reshape(k, s * t, -1)], 1),
+            keys.GOALS: goals,
+            keys.STATE_INDEX: state_index,
+            keys.NEXT_STATE_INDEX: state_index + s * t,
+            keys.GOAL_INDEX: goal_index,
+            keys.ACTION: rows(action),
+            keys.GOAL_ACTION: goal_action,
+            keys.TERMINATED: rows(seq[keys.TERMINATED]),
+            keys.EPISODE_END: rows(end),
+        }
+        # The runs' achieved goals are the first s·t rows of each batch's goal table.
+        out[keys.REWARD] = self._reward(storage, scale, achieved.reshape(k, s * t, -1), out, s * t).float()
+        return out
+
+    @staticmethod
+    def _reward(
+        storage: GoalReplayStorage, scale: torch.Tensor | None, achieved: torch.Tensor, out: dict[str, torch.Tensor], stride: int
+    ) -> torch.Tensor:
+        """Whether each row reaches its goal, from the ``[k, ·, G]`` tables of all k batches at once.
+
+        Args:
+            achieved: each batch's achieved goals, rows ``STATE_INDEX`` (``stride`` rows per batch).
+        """
+        goals, state_index, goal_index = out[keys.GOALS], out[keys.STATE_INDEX], out[keys.GOAL_INDEX]
+        batch = torch.arange(goals.shape[0], device=goals.device).view(-1, 1, 1)
+        # Rows of the flattened tables: each batch's indices offset to its own.
+        return goal_reached(
+            storage.space, achieved.flatten(0, 1), out[keys.ACTION], goals.flatten(0, 1), out[keys.GOAL_ACTION], scale,
+            state_index + batch * stride, goal_index + batch * goals.shape[1],
         )
-        out = TensorDict(
-            {
-                keys.STATES: torch.cat([obs.reshape(k, s * t, -1), seq[keys.NEXT_OBS].reshape(k, s * t, -1)], 1),
-                keys.GOALS: goals,
-                keys.STATE_INDEX: state_index,
-                keys.NEXT_STATE_INDEX: state_index + s * t,
-                keys.GOAL_INDEX: goal_index,
-                keys.ACTION: act,
-                keys.GOAL_ACTION: goal_action,
-                keys.REWARD: reward.float(),
-                keys.TERMINATED: rows(seq[keys.TERMINATED]),
-                keys.EPISODE_END: rows(end),
-            },
-            batch_size=[k],
-        )
-        return out if count is not None else out[0]

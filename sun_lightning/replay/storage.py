@@ -9,8 +9,10 @@ Every entry has a pseudocount, maintained on insert (SPEC §4).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 from torchrl.data import LazyTensorStorage
 
 from sun_lightning import keys
@@ -42,6 +44,10 @@ class GoalReplayStorage:
         self.device = torch.device(device)
         self._storage = LazyTensorStorage(self.capacity, device=self.device)
         self.steps = 0  # vector-env steps written so far
+        self._positions = torch.arange(num_envs, device=self.device)  # offsets of one step's entries
+        # Exact spaces: each entry's tile, kept on insert so the sampler's kernel reads rewards
+        # without an argmax over every sampled goal row.
+        self.tiles = torch.zeros(self.capacity, dtype=torch.long, device=self.device) if space.reach == "exact" else None
 
     def __len__(self) -> int:
         return min(self.steps * self.num_envs, self.capacity)
@@ -50,19 +56,37 @@ class GoalReplayStorage:
     def steps_held(self) -> int:
         return len(self) // self.num_envs
 
-    def extend(self, frames: TensorDict) -> torch.Tensor:
-        """Write one vector step (``frames`` of batch size ``[B]``) and update pseudocounts.
+    def extend(self, frames: TensorDictBase | Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Write one vector step (``frames``: the stored keys, each ``[B, ...]``) and update pseudocounts.
+
+        The step's B positions are consecutive (the capacity is a multiple of B), so after the
+        TorchRL storage has allocated its columns on the first write, each key is one slice copy
+        into its column: TorchRL's generic ``set`` cost several times more per step. Its own
+        length and cursor then go unused; ``steps`` is the count this class relies on.
 
         Returns:
             The storage positions written, ``[B]``.
         """
-        index = (self.steps * self.num_envs + torch.arange(self.num_envs, device=self.device)) % self.capacity
-        frames = frames.select(*STORED_KEYS).to(self.device)
-        self._storage.set(index, frames)
-        action = frames[keys.ACTION] if self.space.discrete else None
-        self.pseudocount.insert(index, self.space.project(frames[keys.OBS]), action)
+        start = self.steps * self.num_envs % self.capacity
+        index = self._positions + start
+        if self._storage.initialized:
+            table = self._storage._storage
+            for name in STORED_KEYS:
+                table.get(name)[start : start + self.num_envs] = frames[name]
+        else:
+            first = TensorDict({name: frames[name] for name in STORED_KEYS}, batch_size=[self.num_envs])
+            self._storage.set(index, first.to(self.device))
+        action = frames[keys.ACTION].to(self.device) if self.space.discrete else None
+        goal = self.space.project(frames[keys.OBS].to(self.device))
+        if self.tiles is not None:
+            self.tiles[start : start + self.num_envs] = self.space.tile(goal)
+        self.pseudocount.insert(index, goal, action)
         self.steps += 1
         return index
+
+    def table(self) -> TensorDict | None:
+        """The stored columns, ``[capacity]`` (``None`` before the first write); read-only for callers."""
+        return self._storage._storage if self._storage.initialized else None
 
     def get(self, index: torch.Tensor, names: tuple[str, ...] = STORED_KEYS) -> TensorDict:
         """Entries at flat positions ``index`` (any shape), the keys ``names`` only.
