@@ -2,8 +2,9 @@
 
 Prints env frames per second of the whole loop (collector, goal selection,
 pseudocounts, storage, sampling and one update per frame, through Lightning)
-and of the update alone, and the time the update spends in matrix products
-(torch profiler: self time of the matmul ops, per update), so the two targets can be read off:
+and of the update alone, and the time the update spends in matrix products (the BLAS calls of
+the Q network's C path, timed inside it, plus any aten matmul the torch profiler sees; and, as a
+check, the same products replayed through torch.mm), so the two targets can be read off:
 update ≤ 1.5 × matmul time; loop ≤ 1.15 × the time spent in updates (both timed in one run).
 
 Usage: python bench/bench_training_loop.py [--frames 3000] [--updates 200] [--threads N]
@@ -18,6 +19,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from sun_lightning.cli import main
+from sun_lightning.networks import rows
 
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::matmul", "aten::linear", "aten::_addmm_activation")
 
@@ -69,47 +71,56 @@ def time_loop(cli, warmup: int) -> tuple[float, int, float, int]:
     return marks["end"] - marks["start"], int(marks["frames1"] - marks["frames0"]), marks["in_updates"], marks["updates"]
 
 
-def time_updates(module, dm, updates: int) -> tuple[float, float, float]:
+def time_updates(module, dm, updates: int) -> tuple[float, float, int]:
     """Seconds per update (sampling excluded; the module's own ``update``, as in the loop), and the
-    matmul seconds per update: measured directly, and as the matmul share of all profiled op time
-    times the update time (that share leaves out Python time between ops)."""
+    seconds per update spent in matrix products with their count: the BLAS ``sgemm_`` calls of the
+    Q network's C path, timed inside it (:func:`sun_lightning.networks.rows.gemm_time`), plus any
+    ``aten`` matmul the profiler sees in the update (none on the C path; all on the PyTorch path)."""
     batches = [dm.sampler.sample(dm.storage) for _ in range(16)]
     for i in range(10):
         module.update(batches[i % 16])
+    rows.gemm_time(reset=True)
     start = time.perf_counter()
     for i in range(updates):
         module.update(batches[i % 16])
     per_update = (time.perf_counter() - start) / updates
+    gemm_s, gemm_calls = rows.gemm_time(reset=True)
     n = min(updates, 50)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for i in range(n):
             module.update(batches[i % 16])
     events = prof.key_averages()
-    matmul_us = sum(e.self_cpu_time_total for e in events if e.key in MATMUL_OPS)
-    total_us = sum(e.self_cpu_time_total for e in events)
-    print("\nTop ops in the update (self CPU, per update):")
+    aten_mm_us = sum(e.self_cpu_time_total for e in events if e.key in MATMUL_OPS)
+    print("\nTop ops in the update (self CPU, per update; ctypes calls count in their caller's record_function):")
     for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:12]:
         print(f"  {e.key:<40s} {e.self_cpu_time_total / n / 1e3:7.3f} ms  ({e.count // n} calls)")
-    return per_update, matmul_us / n / 1e6, matmul_us / total_us * per_update
+    return per_update, gemm_s / updates + aten_mm_us / n / 1e6, gemm_calls // updates
 
 
 def matmul_replay(module, dm, rounds: int = 20) -> tuple[float, float]:
-    """Wall seconds per update of the update's matrix products alone, replayed on fresh tensors of
-    the recorded shapes, and of the update itself, alternated in blocks of 10 (machine-speed
-    drift hits both alike). Free of profiler overhead: the strict form of the matmul target."""
+    """Wall seconds per update of the update's matrix products alone, replayed through ``torch.mm`` on
+    fresh tensors of the recorded shapes, and of the update itself, alternated in blocks of 10
+    (machine-speed drift hits both alike): an independent check of the timed ``sgemm_`` calls."""
     batches = [dm.sampler.sample(dm.storage) for _ in range(16)]
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-        module.update(batches[0])
+    rows.gemm_time(reset=True)
+    rows.gemm_shapes(record=True)
+    module.update(batches[0])
+    shapes = rows.gemm_shapes(record=False)
     calls = []
+    for ta, tb, m, n, k in shapes:
+        a = torch.randn(k, m).t() if ta else torch.randn(m, k)
+        b = torch.randn(n, k).t() if tb else torch.randn(k, n)
+        calls.append((a, b))
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:  # the PyTorch path's products
+        module.update(batches[0])
     for e in prof.events():
         if e.name in ("aten::mm", "aten::addmm", "aten::addmm_"):
-            args = [torch.randn(shape) for shape in e.input_shapes[: 2 if e.name == "aten::mm" else 3]]
-            fn = {"aten::mm": torch.mm, "aten::addmm": torch.addmm, "aten::addmm_": torch.Tensor.addmm_}[e.name]
-            calls.append((fn, args))
+            shape_a, shape_b = e.input_shapes[:2] if e.name == "aten::mm" else e.input_shapes[1:3]
+            calls.append((torch.randn(shape_a), torch.randn(shape_b)))
 
     def replay() -> None:
-        for fn, args in calls:
-            fn(*args)
+        for a, b in calls:
+            torch.mm(a, b)
 
     for _ in range(10):
         replay()
@@ -149,7 +160,7 @@ def main_bench() -> None:
     cli = build(args.frames, args.warmup, args.env, args.num_envs)
     loop_s, frames, in_updates_s, loop_updates = time_loop(cli, args.warmup)
     module, dm = cli.model, cli.datamodule
-    per_update, matmul, matmul_share = time_updates(module, dm, args.updates)
+    per_update, matmul, gemm_calls = time_updates(module, dm, args.updates)
     replay_mm, replay_update = matmul_replay(module, dm)
     per_sample = sample_time(dm)
     per_frame = loop_s / frames
@@ -158,9 +169,9 @@ def main_bench() -> None:
     print(f"\n{args.env}, {args.num_envs} envs, torch threads {torch.get_num_threads()}, {dm.sampler.rows} rows per update")
     print(f"whole loop           : {frames / loop_s:8.1f} env frames/s  ({per_frame * 1e3:.2f} ms per frame, 1 update per frame)")
     print(f"update alone         : {1 / per_update:8.1f} updates/s     ({per_update * 1e3:.2f} ms)")
-    print(f"  of which matmuls   : {matmul * 1e3:8.2f} ms  -> update / matmul = {per_update / matmul:.2f} (target <= 1.5)")
-    print(f"  (matmul share of the profiled op time x update time: {matmul_share * 1e3:.2f} ms -> {per_update / matmul_share:.2f})")
-    print(f"  matmuls replayed alone, wall: {replay_mm * 1e3:.2f} ms vs the update alternated with them "
+    print(f"  of which matmuls   : {matmul * 1e3:8.2f} ms ({gemm_calls} sgemm_ calls timed in the C path) "
+          f"-> update / matmul = {per_update / matmul:.2f} (target <= 1.5)")
+    print(f"  matmuls replayed alone through torch.mm, wall: {replay_mm * 1e3:.2f} ms vs the update alternated with them "
           f"{replay_update * 1e3:.2f} ms -> {replay_update / replay_mm:.2f}")
     print(f"batch sampling       : {per_sample * 1e3:8.2f} ms per batch ({dm.num_envs} per draw, as in the loop)")
     print(f"in the loop          : {loop_updates} updates, {in_updates_s / loop_updates * 1e3:.2f} ms each; "

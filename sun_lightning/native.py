@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["NativeError", "NativeLibrary"]
@@ -112,6 +113,8 @@ class NativeLibrary:
         flags: compiler flags added to ``FLAGS`` (part of the cached library's name).
         optional_flags: further flags, dropped if the build with them fails (a compiler without
             OpenMP support, say).
+        init: called once with the loaded library before first use (it may raise
+            :class:`NativeError`: the library is then unavailable).
     """
 
     def __init__(
@@ -121,9 +124,10 @@ class NativeLibrary:
         purpose: str,
         flags: tuple[str, ...] = (),
         optional_flags: tuple[str, ...] = (),
+        init: Callable[[ctypes.CDLL], None] | None = None,
     ) -> None:
         self.source, self.signatures, self.purpose = source, signatures, purpose
-        self.flags, self.optional_flags = tuple(flags), tuple(optional_flags)
+        self.flags, self.optional_flags, self.init = tuple(flags), tuple(optional_flags), init
         self._lib: ctypes.CDLL | None = None
         self._available: bool | None = None
         self._lock = threading.Lock()
@@ -151,6 +155,8 @@ class NativeLibrary:
                     for name, (args, res) in self.signatures.items():
                         fn = getattr(lib, name)
                         fn.argtypes, fn.restype = args, res
+                    if self.init is not None:
+                        self.init(lib)
                     self._lib = lib
         return self._lib
 

@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader
 
 from helpers import THREE_ROOM, filled_storage, goal_env
 from sun_lightning import keys
+from sun_lightning.agents.dqn import DQNSVF
 from sun_lightning.agents.ensemble_dqn import EnsembleDQNSVF
 from sun_lightning.envs.registry import goal_space
 from sun_lightning.goals.ensemble import DISCOVER
@@ -174,9 +175,12 @@ def test_rejects_a_batch_without_the_member_axis():
         module.loss(stacked(4, 8, [0, 1]))
 
 
-def test_trains_end_to_end_with_lightning():
+def test_trains_end_to_end_with_lightning(monkeypatch):
     torch.manual_seed(0)
     module = EnsembleDQNSVF(SPACE)
+    clips = []
+    clip = module.clip_gradients
+    monkeypatch.setattr(module, "clip_gradients", lambda *args: clips.append(args) or clip(*args))
     batch = stacked(8, 16, [0, 1, 2, 3])
     with torch.no_grad():
         q0, target0, _ = module.td_targets(batch, target_index=torch.arange(E))
@@ -188,6 +192,7 @@ def test_trains_end_to_end_with_lightning():
     # one item per training step: the list of its updates' batches (as ExplorationDataModule.stream yields)
     trainer.fit(module, DataLoader([[batch]] * 15, batch_size=None, collate_fn=lambda b: b))
     assert module.updates == 15
+    assert len(clips) == 15 and clips[0][1:] == (module.hparams.grad_clip, "norm")  # per member, in opt.step()
     with torch.no_grad():
         q1, target1, _ = module.td_targets(batch, target_index=torch.arange(E))
         after = torch.nn.functional.huber_loss(q1, target1, reduction="none").flatten(1).mean(1)
@@ -239,3 +244,25 @@ def test_member_loop_of_the_c_path_matches_the_vmapped_pytorch_path():
         module.loss(batch)[0].backward()
     for (name, p), q in zip(fast.q.named_parameters(), slow.q.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_members_are_clipped_in_lightnings_hook_and_never_globally():
+    # DQNSVF clips inside its optimizer (one global norm); the ensemble's optimizer must not, and
+    # Lightning's on_before_optimizer_step (called inside opt.step()) clips each member instead.
+    torch.manual_seed(0)
+    module = EnsembleDQNSVF(SPACE)
+    assert module.configure_optimizers().max_grad_norm is None
+    assert DQNSVF(SPACE).configure_optimizers().max_grad_norm == DQNSVF(SPACE).hparams.grad_clip
+    scale = torch.tensor([100.0, 1e-3, 1.0, 1e-4])
+    for p in module.q.parameters():
+        p.grad = torch.randn_like(p) * scale.view(-1, *[1] * (p.dim() - 1))
+
+    def norms():
+        return torch.stack([p.grad.flatten(1).square().sum(1) for p in module.q.parameters()]).sum(0).sqrt()
+
+    raw = norms()
+    module.on_before_optimizer_step(None)
+    after = norms()
+    torch.testing.assert_close(after[[0, 2]], torch.ones(2), rtol=1e-4, atol=0)
+    assert raw[2] > 1 and raw[1] < 1 and raw[3] < 1
+    torch.testing.assert_close(after[[1, 3]], raw[[1, 3]], rtol=0, atol=0)  # small members untouched

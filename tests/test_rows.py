@@ -187,3 +187,24 @@ def test_results_do_not_depend_on_the_thread_count():
         torch.set_num_threads(threads)
     for other in out[1:]:
         assert all(torch.equal(a, b) for a, b in zip(out[0], other))
+
+
+def test_matrix_products_are_counted_and_their_shapes_recorded():
+    fast, _ = pair(64, 4)
+    obs, goal = torch.randn(7, 6), torch.randn(5, 5)
+    oi, gi = torch.randint(7, (30,)), torch.randint(5, (30,))
+    rows.gemm_time(reset=True)
+    rows.gemm_shapes(record=True)
+    out = fast(obs.requires_grad_(), goal, obs_index=oi, goal_index=gi)
+    forward = rows.gemm_shapes(record=True)
+    out.sum().backward()
+    shapes = rows.gemm_shapes(record=False)
+    seconds, calls = rows.gemm_time(reset=True)
+    # forward: two branches, the tables' and the rows' maxout maps, the head's two linears
+    assert forward == [(False, True, 7, 64, 6), (False, True, 5, 64, 5), (False, True, 7, 256, 64),
+                       (False, True, 5, 256, 64), (False, True, 30, 256, 64), (False, True, 30, 64, 64),
+                       (False, True, 30, 9, 64)]
+    # backward: two products per linear map, plus the state inputs' gradient (obs requires grad)
+    assert len(shapes) == calls == 7 + 13 and seconds > 0
+    assert (True, False, 256, 64, 30) in shapes and (False, False, 7, 6, 64) in shapes
+    assert rows.gemm_time() == (0.0, 0)

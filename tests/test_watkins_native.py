@@ -92,3 +92,26 @@ def test_td_targets_take_the_same_values_either_way(seed, monkeypatch):
     torch.testing.assert_close(native[0], tensor[0], rtol=0, atol=0)
     torch.testing.assert_close(native[1], tensor[1], rtol=1e-6, atol=1e-6)
     assert torch.equal(native[2], tensor[2])
+
+
+@pytest.mark.parametrize("n,t,seed", [(6, 9, 0), (16, 16, 1), (3, 1, 2)])
+def test_q_rows_follow_the_layout(n, t, seed):
+    # The steps in flat order, then one row per extra step (episode end or last step) holding its
+    # next state with the step's goal and goal action: the layout watkins_targets reads.
+    g = torch.Generator().manual_seed(seed)
+    state, next_state = torch.randint(50, (n, t), generator=g), torch.randint(50, (n, t), generator=g)
+    goal, goal_action = torch.randint(30, (n, t), generator=g), torch.randint(4, (n, t), generator=g)
+    episode_end = torch.rand(n, t, generator=g) < 0.3
+    expected = [[], [], []]
+    for i in range(n):
+        for k in range(t):
+            for out, x in zip(expected, (state, goal, goal_action)):
+                out.append(int(x[i, k]))
+    for i in range(n):
+        for k in range(t):
+            if episode_end[i, k] or k == t - 1:
+                for out, x in zip(expected, (next_state, goal, goal_action)):
+                    out.append(int(x[i, k]))
+    rows = watkins_native.q_rows(state, next_state, goal, goal_action, episode_end)
+    for got, want in zip(rows, expected):
+        assert got.tolist() == want

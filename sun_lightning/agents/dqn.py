@@ -17,6 +17,7 @@ from sun_lightning.losses.td_lambda import double_q_bootstrap, greedy_within, wa
 from sun_lightning.module import SVFModule
 from sun_lightning.networks.encoders import RunningMeanStd, StandardizedRBF
 from sun_lightning.networks.q_network import GoalQNetwork
+from sun_lightning.optim import ClippedAdamW
 
 QFunction = Callable[..., torch.Tensor]
 
@@ -36,7 +37,7 @@ class DQNSVF(SVFModule):
         tau: Polyak coefficient of the target network, applied every update.
         lr: AdamW learning rate.
         weight_decay: AdamW weight decay.
-        grad_clip: gradient-norm clip.
+        grad_clip: gradient-norm clip (applied by the optimizer, :class:`~sun_lightning.optim.ClippedAdamW`).
         huber_delta: Huber loss threshold.
         bootstrap_clip: upper clip of the bootstrap value (V ≤ 1).
         width: hidden width of Q.
@@ -97,6 +98,7 @@ class DQNSVF(SVFModule):
         if self.obs_stats is not None:
             # One set of observation statistics, seen by both networks.
             self.q_target.obs_encoder.stats = self.q_target.goal_encoder.stats = self.obs_stats
+        self._polyak_pairs: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
         self._stats: dict[str, torch.Tensor] = {}
         self._stat_updates = 0
 
@@ -120,8 +122,9 @@ class DQNSVF(SVFModule):
 
     # ---- learning ---------------------------------------------------------------------
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        # The fused kernel updates all parameters in one pass (CPU and CUDA).
-        return torch.optim.AdamW(self.q.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay, fused=True)
+        # AdamW with the grad-norm clip inside its step: one C pass for both on CPU (sun_lightning.optim).
+        return ClippedAdamW(self.q.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay,
+                            max_grad_norm=self.hparams.grad_clip)
 
     def loss(self, batch: TensorDict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Huber loss of Q(s_t, a_t, g_t) against Watkins TD(λ) targets over ``[N, T]`` rows."""
@@ -159,25 +162,33 @@ class DQNSVF(SVFModule):
         # The next state of step t is row t + 1 (same goal unless t ended its
         # segment, where the bootstrap is unused), except at episode ends and at
         # the last step: those next states get rows of their own.
-        extra = batch[keys.EPISODE_END].clone()
-        extra[:, -1] = True
-        at = extra.flatten().nonzero().squeeze(1)  # once: each boolean-mask read would search again
-        # one gather for the three row entries: [state, goal, goal action] then their next-state rows
-        steps = torch.stack([batch[keys.STATE_INDEX], batch[keys.GOAL_INDEX], goal_action]).flatten(1)
-        nexts = torch.stack([batch[keys.NEXT_STATE_INDEX], batch[keys.GOAL_INDEX], goal_action]).flatten(1)
-        state_index, goal_index, goal_action_rows = torch.cat([steps, nexts.index_select(1, at)], dim=1)
+        native = hp.native_rows and watkins_native.applies(batch[keys.STATES])  # CPU float32 tables
+        entries = (batch[keys.STATE_INDEX], batch[keys.NEXT_STATE_INDEX], batch[keys.GOAL_INDEX], goal_action,
+                   batch[keys.EPISODE_END])
+        if native:  # the same rows from one C pass
+            state_index, goal_index, goal_action_rows = watkins_native.q_rows(*entries)
+        else:
+            extra = batch[keys.EPISODE_END].clone()
+            extra[:, -1] = True
+            at = extra.flatten().nonzero().squeeze(1)  # once: each boolean-mask read would search again
+            # one gather for the three row entries: [state, goal, goal action] then their next-state rows
+            steps = torch.stack([batch[keys.STATE_INDEX], batch[keys.GOAL_INDEX], goal_action]).flatten(1)
+            nexts = torch.stack([batch[keys.NEXT_STATE_INDEX], batch[keys.GOAL_INDEX], goal_action]).flatten(1)
+            state_index, goal_index, goal_action_rows = torch.cat([steps, nexts.index_select(1, at)], dim=1)
         states, goals = batch[keys.STATES], batch[keys.GOALS]
         index = dict(obs_index=state_index, goal_index=goal_index, goal_action=goal_action_rows)  # Q(·, ·, g_s, g_a)
         q = q_fn(states, goals, dropout=True, **index)
         with torch.no_grad():
             q_target = q_target_fn(states, goals, **index)
         q_taken = q[: n * t].view(n, t, num_actions).gather(-1, action.unsqueeze(-1)).squeeze(-1)
-        if hp.native_rows and watkins_native.applies(q):
+        if native and watkins_native.applies(q):
             target, cont = watkins_native.watkins_targets(
                 q.detach(), q_target, action, reward, batch[keys.TERMINATED], batch[keys.EPISODE_END], hp.gamma,
                 hp.lam, hp.bootstrap_clip, 1.0 - hp.gamma)
             return q_taken, target, cont
         with torch.no_grad():
+            extra = batch[keys.EPISODE_END].clone()
+            extra[:, -1] = True
             q_seq = q[: n * t].detach().view(n, t, num_actions)
             online_next = self._next_rows(q_seq, q[n * t :].detach(), at)
             target_next = self._next_rows(q_target[: n * t].view(n, t, num_actions), q_target[n * t :], at)
@@ -201,12 +212,11 @@ class DQNSVF(SVFModule):
             self.update(batch)
 
     def update(self, batch: TensorDict) -> None:
-        """One learner update: loss, backward, clipped AdamW step, Polyak step of the target."""
+        """One learner update: loss, backward, clipped AdamW step (:class:`ClippedAdamW`), Polyak step of the target."""
         loss, stats = self.loss(batch)
         opt = self.optimizers()
         opt.zero_grad(set_to_none=True)
         self.manual_backward(loss)
-        self.clip_gradients(opt, gradient_clip_val=self.hparams.grad_clip, gradient_clip_algorithm="norm")
         opt.step()
         self.polyak_update()
         self.updates += 1
@@ -215,7 +225,10 @@ class DQNSVF(SVFModule):
     @torch.no_grad()
     def polyak_update(self) -> None:
         """target ← (1 − τ) target + τ online."""
-        torch._foreach_lerp_(list(self.q_target.parameters()), list(self.q.parameters()), self.hparams.tau)
+        pairs = self._polyak_pairs
+        if pairs is None:  # listing both networks' parameters cost more than the lerp itself
+            pairs = self._polyak_pairs = (list(self.q_target.parameters()), list(self.q.parameters()))
+        torch._foreach_lerp_(*pairs, self.hparams.tau)
 
     def _accumulate(self, stats: dict[str, torch.Tensor]) -> None:
         for name, value in stats.items():

@@ -28,6 +28,7 @@ from sun_lightning import keys
 from sun_lightning.agents.dqn import DQNSVF, QFunction
 from sun_lightning.envs.registry import GoalSpace
 from sun_lightning.networks.rows import native_rows_available
+from sun_lightning.optim import ClippedAdamW
 
 
 class EnsembleDQNSVF(DQNSVF):
@@ -216,11 +217,19 @@ class EnsembleDQNSVF(DQNSVF):
         # back, each member's gradient is exactly that of its own loss.
         return loss * self.ensemble_size, stats
 
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        # No global clip in the step: members are clipped one by one (on_before_optimizer_step).
+        return ClippedAdamW(self.q.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Lightning's hook inside ``opt.step()`` of :meth:`DQNSVF.update`: the per-member clip."""
+        self.clip_gradients(optimizer, self.hparams.grad_clip, "norm")
+
     @torch.no_grad()
     def clip_gradients(
         self, optimizer, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = None
     ) -> None:
-        """Gradient-norm clipping of each member separately (called by :meth:`DQNSVF.training_step`).
+        """Gradient-norm clipping of each member separately (called by :meth:`on_before_optimizer_step`).
 
         A global norm over the stacked parameters would couple the members:
         one member's large gradient would shrink every member's step. Same rule

@@ -51,3 +51,22 @@ int watkins_targets(int64_t N, int64_t T, int64_t A, int64_t R, const float *q_o
     }
     return 0;
 }
+
+/* The rows at which DQNSVF.td_targets evaluates Q, in the layout above: the N*T steps (state,
+ * goal, goal action), then, for each extra step in flat order, its next state with the step's goal
+ * and goal action.  out holds three arrays of `stride` >= 2*N*T entries (states, goals, goal
+ * actions).  Returns the number of rows. */
+int64_t watkins_rows(int64_t N, int64_t T, const int64_t *state, const int64_t *next_state, const int64_t *goal,
+                     const int64_t *goal_action, const uint8_t *episode_end, int64_t stride,
+                     int64_t *restrict out) {
+    int64_t *os = out, *og = out + stride, *oa = out + 2 * stride;
+    int64_t row = N * T;
+    for (int64_t f = 0; f < N * T; ++f) {
+        os[f] = state[f]; og[f] = goal[f]; oa[f] = goal_action[f];
+        if (episode_end[f] || f % T == T - 1) {
+            os[row] = next_state[f]; og[row] = goal[f]; oa[row] = goal_action[f];
+            ++row;
+        }
+    }
+    return row;
+}

@@ -16,12 +16,15 @@ import torch
 
 from sun_lightning.native import NativeLibrary
 
-__all__ = ["applies", "watkins_targets"]
+__all__ = ["applies", "q_rows", "watkins_targets"]
 
 _p, _i64, _f32, _int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
 LIBRARY = NativeLibrary(
     Path(__file__).with_name("_watkins.c"),
-    {"watkins_targets": ([_i64, _i64, _i64, _i64, _p, _p, _p, _p, _p, _p, _f32, _f32, _f32, _f32, _p, _p], _int)},
+    {
+        "watkins_targets": ([_i64, _i64, _i64, _i64, _p, _p, _p, _p, _p, _p, _f32, _f32, _f32, _f32, _p, _p], _int),
+        "watkins_rows": ([_i64, _i64, _p, _p, _p, _p, _p, _i64, _p], _i64),
+    },
     "The Watkins Q(lambda) target kernel (_watkins.c)",
 )
 
@@ -30,6 +33,27 @@ def applies(q: torch.Tensor) -> bool:
     """Whether the kernel serves values ``q``: float32 on CPU, and the library builds (warns once if not)."""
     return (q.device.type == "cpu" and q.dtype == torch.float32
             and LIBRARY.available("Falling back to the tensor functions of losses/td_lambda.py."))
+
+
+def q_rows(
+    state_index: torch.Tensor,
+    next_state_index: torch.Tensor,
+    goal_index: torch.Tensor,
+    goal_action: torch.Tensor,
+    episode_end: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """State, goal and goal-action rows ``[R]`` at which the targets need Q (the layout of :func:`watkins_targets`).
+
+    Args:
+        state_index, next_state_index, goal_index, goal_action, episode_end: the batch's ``[N, T]`` entries.
+    """
+    n, t = state_index.shape
+    out = torch.empty(3, 2 * n * t, dtype=torch.int64)
+    flat = [x.to(torch.int64).contiguous() for x in (state_index, next_state_index, goal_index, goal_action)]
+    end = episode_end.to(torch.bool).contiguous()
+    rows = LIBRARY.load().watkins_rows(n, t, *(x.data_ptr() for x in flat), end.data_ptr(), 2 * n * t, out.data_ptr())
+    state_rows, goal_rows, goal_action_rows = out[:, :rows]
+    return state_rows, goal_rows, goal_action_rows
 
 
 @torch.no_grad()

@@ -21,6 +21,7 @@
  * order, so every result is the same whatever the thread count.  Without -fopenmp the pragmas
  * are ignored and the same code runs serially.
  */
+#define _POSIX_C_SOURCE 199309L  /* clock_gettime under -std=c99 */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,12 +64,17 @@ static inline void layer_norm_row_backward(const float *restrict dxh, const floa
 
 /* prod[r] = f_s[oi[r]] * f_g[gi[r]].
  * Returns 0, or -1 (writing nothing) if an index is outside [0, NS) or [0, NG). */
-int rows_product(int64_t R, int64_t W, const int64_t *oi, const int64_t *gi, int64_t NS, int64_t NG,
-                 const float *f_s, const float *f_g, float *prod) {
+static int rows_in_range(int64_t R, const int64_t *oi, const int64_t *gi, int64_t NS, int64_t NG) {
     for (int64_t r = 0; r < R; ++r) {
         const int64_t s = ROW(oi, r), g = ROW(gi, r);
-        if (s < 0 || s >= NS || g < 0 || g >= NG) return -1;
+        if (s < 0 || s >= NS || g < 0 || g >= NG) return 0;
     }
+    return 1;
+}
+
+int rows_product(int64_t R, int64_t W, const int64_t *oi, const int64_t *gi, int64_t NS, int64_t NG,
+                 const float *f_s, const float *f_g, float *prod) {
+    if (!rows_in_range(R, oi, gi, NS, NG)) return -1;
     #pragma omp parallel for schedule(static) if (R >= PARALLEL_ROWS)
     for (int64_t r = 0; r < R; ++r) {
         const float *restrict fs = f_s + ROW(oi, r) * W, *restrict fg = f_g + ROW(gi, r) * W;
@@ -296,4 +302,231 @@ void branch_dropout_mask(int64_t R, int64_t W, uint64_t seed, int threshold, flo
                          float *restrict out) {
     const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
     for (int64_t r = 0; r < R; ++r) dropout_row(r, W, k0, k1, threshold, keep_scale, out + r * W);
+}
+
+/* ---- the whole network in one call: forward and backward over the kernels above -------------
+ * The matrix products go to the BLAS sgemm_ that PyTorch itself calls for torch.mm on CPU (MKL in
+ * the official wheels), found in the already loaded libtorch_cpu by rows.py and handed over with
+ * rows_set_gemm.  One call per forward or backward replaces ~30 Python-dispatched ops and kernel
+ * calls each (SPEC §5a's network at 2 048 rows spent more time in that dispatch than in its
+ * elementwise work).  Time spent inside sgemm_ is accumulated for the benchmark (rows_gemm_time),
+ * and the shapes of the last calls can be recorded so that a benchmark can replay them through
+ * torch.mm. */
+#include <time.h>
+
+typedef void (*sgemm_fn)(const char *, const char *, const int *, const int *, const int *,
+                         const float *, const float *, const int *, const float *, const int *,
+                         const float *, float *, const int *);
+static sgemm_fn gemm_ptr = NULL;
+static double gemm_seconds = 0.0;
+static int64_t gemm_calls = 0;
+#define GEMM_LOG 64
+static int record_shapes = 0, gemm_logged = 0;
+static int64_t gemm_log[GEMM_LOG][5];  /* transa, transb, M, N, K (row-major terms) */
+
+void rows_set_gemm(void *fn) { gemm_ptr = (sgemm_fn)fn; }
+
+/* Seconds and calls of sgemm_ since the last reset; reset clears them (and the shape log). */
+void rows_gemm_time(double *seconds, int64_t *calls, int reset) {
+    *seconds = gemm_seconds;
+    *calls = gemm_calls;
+    if (reset) { gemm_seconds = 0.0; gemm_calls = 0; gemm_logged = 0; }
+}
+
+/* record: log the shapes of the following calls (up to GEMM_LOG); returns the number logged. */
+int rows_gemm_log(int record, int64_t *out) {
+    record_shapes = record;
+    if (out) memcpy(out, gemm_log, sizeof(int64_t) * 5 * (size_t)gemm_logged);
+    return gemm_logged;
+}
+
+static inline double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Row-major C[M, N] = alpha · op(A) op(B) + beta · C (op: 'N' or 'T'), as the column-major
+ * product C^T = op(B)^T op(A)^T: the same flags with the operands swapped. */
+static void gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                 int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    if (M == 0 || N == 0) return;
+    if (K == 0) {  /* no product: C = beta · C */
+        for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.f ? 0.f : beta * C[i * ldc + j];
+        return;
+    }
+    const int m = (int)M, n = (int)N, k = (int)K, a = (int)lda, b = (int)ldb, c = (int)ldc;
+    if (record_shapes && gemm_logged < GEMM_LOG) {
+        int64_t *e = gemm_log[gemm_logged++];
+        e[0] = ta == 'T'; e[1] = tb == 'T'; e[2] = M; e[3] = N; e[4] = K;
+    }
+    const double t0 = now();
+    gemm_ptr(&tb, &ta, &n, &m, &k, &alpha, B, &b, A, &a, &beta, C, &c);
+    gemm_seconds += now() - t0;
+    gemm_calls += 1;
+}
+
+/* Sizes of one evaluation (rows.py passes them as int64_t dims[9] in this order). */
+typedef struct { int64_t US, UG, DS, DG, R, W, P, A2, A; } Dims;
+
+/* The forward's saved buffers, carved in this order from one float workspace. */
+typedef struct {
+    float *h, *f_s, *xh_s, *rs_s, *f_g, *xh_g, *rs_g, *pre_s, *pre_g, *prod, *pre, *act1, *xh1, *rs1,
+          *z2, *act2, *xh2, *rs2, *out;
+} Saved;
+
+static int64_t carve_saved(const Dims *d, float *ws, Saved *s) {
+    const int64_t W = d->W, PW = d->P * d->W;
+    float *p = ws;
+#define TAKE(field, n) do { if (s) s->field = p; p += (n); } while (0)
+    TAKE(h, (d->US > d->UG ? d->US : d->UG) * W);  /* the branches' linear maps (scratch) */
+    TAKE(f_s, d->US * W); TAKE(xh_s, d->US * W); TAKE(rs_s, d->US);
+    TAKE(f_g, d->UG * W); TAKE(xh_g, d->UG * W); TAKE(rs_g, d->UG);
+    TAKE(pre_s, d->US * PW); TAKE(pre_g, d->UG * PW);
+    TAKE(prod, d->R * W); TAKE(pre, d->R * PW);
+    TAKE(act1, d->R * W); TAKE(xh1, d->R * W); TAKE(rs1, d->R);
+    TAKE(z2, d->R * W); TAKE(act2, d->R * W); TAKE(xh2, d->R * W); TAKE(rs2, d->R);
+    TAKE(out, d->R * d->A2);
+    return p - ws;
+}
+
+/* The backward's temporaries. */
+typedef struct { float *g_out, *g_act2, *g_z2, *g_act1, *g_pre, *g_prod, *g_pre_s, *g_pre_g, *g_f_s,
+                 *g_f_g, *g_h_s, *g_h_g; } Temps;
+
+static int64_t carve_temps(const Dims *d, float *ws, Temps *s) {
+    const int64_t W = d->W, PW = d->P * d->W;
+    float *p = ws;
+    TAKE(g_out, d->R * d->A2); TAKE(g_act2, d->R * W); TAKE(g_z2, d->R * W); TAKE(g_act1, d->R * W);
+    TAKE(g_pre, d->R * PW); TAKE(g_prod, d->R * W); TAKE(g_pre_s, d->US * PW); TAKE(g_pre_g, d->UG * PW);
+    TAKE(g_f_s, d->US * W); TAKE(g_f_g, d->UG * W); TAKE(g_h_s, d->US * W); TAKE(g_h_g, d->UG * W);
+#undef TAKE
+    return p - ws;
+}
+
+/* Floats of the forward's workspace (which = 0) or the backward's (which = 1). */
+int64_t q_workspace(const int64_t *dims, int which) {
+    const Dims *d = (const Dims *)dims;
+    return which ? carve_temps(d, NULL, NULL) : carve_saved(d, NULL, NULL);
+}
+
+/* The network's weights, in QParams' order. */
+typedef struct { const float *w_s, *ln_s, *w_g, *ln_g, *w_m, *ln1, *w2, *ln2, *w3, *b3; } Params;
+
+/* Floats of each weight gradient in QParams' order: offsets into one flat gradient. */
+static void grad_offsets(const Dims *d, int64_t off[11]) {
+    const int64_t W = d->W, PW = d->P * d->W;
+    const int64_t n[10] = {W * d->DS, W, W * d->DG, W, PW * 3 * W, W, W * W, W, d->A2 * W, d->A2};
+    off[0] = 0;
+    for (int i = 0; i < 10; ++i) off[i + 1] = off[i] + n[i];
+}
+
+/* Q of the rows (oi[r], gi[r]) of the encoded tables x_s [US, DS], x_g [UG, DG]: all of Q after
+ * its encoders (rows.py's docstring has the maths).  Writes out [R, A2] into the workspace, and
+ * sel [R, A] = the column ga[r] of each row's A × A block when ga is given.  eps: the four
+ * LayerNorms' eps; seeds / threshold / keep_scale: the branches' dropout; save: keep what the
+ * backward needs (keep the maxout's summed pre-activations and the normalized values).
+ * Returns 0, -1 for a row index outside the tables, -2 for a goal action outside [0, A),
+ * -3 without sgemm_. */
+int q_net_forward(const int64_t *dims, const float *x_s, const float *x_g, const void *const *params,
+                  const int64_t *oi, const int64_t *gi, const int64_t *ga, const float *eps, float slope,
+                  const uint64_t *seeds, int threshold, float keep_scale, int save, float *ws, float *sel) {
+    const Dims *d = (const Dims *)dims;
+    const Params *w = (const Params *)params;
+    if (!gemm_ptr) return -3;
+    const int64_t W = d->W, P = d->P, PW = P * W, R = d->R;
+    Saved s;
+    carve_saved(d, ws, &s);
+    for (int64_t r = 0; ga && r < R; ++r)
+        if (ga[r] < 0 || ga[r] >= d->A) return -2;
+    if (!rows_in_range(R, oi, gi, d->US, d->UG)) return -1;
+    /* branches: f = SiLU(dropout(LN(x Wᵀ))) */
+    float *h = s.h;
+    gemm('N', 'T', d->US, W, d->DS, 1.f, x_s, d->DS, w->w_s, d->DS, 0.f, h, W);
+    branch_forward(d->US, W, h, w->ln_s, eps[0], seeds[0], threshold, keep_scale, s.f_s, save ? s.xh_s : NULL,
+                   save ? s.rs_s : NULL);
+    gemm('N', 'T', d->UG, W, d->DG, 1.f, x_g, d->DG, w->w_g, d->DG, 0.f, h, W);
+    branch_forward(d->UG, W, h, w->ln_g, eps[1], seeds[1], threshold, keep_scale, s.f_g, save ? s.xh_g : NULL,
+                   save ? s.rs_g : NULL);
+    /* The maxout's map of concat(f_s, f_g, f_s ⊙ f_g) is the sum of three maps: the first two on the
+     * tables, only the product's per row. */
+    gemm('N', 'T', d->US, PW, W, 1.f, s.f_s, W, w->w_m, 3 * W, 0.f, s.pre_s, PW);
+    gemm('N', 'T', d->UG, PW, W, 1.f, s.f_g, W, w->w_m + W, 3 * W, 0.f, s.pre_g, PW);
+    rows_product(R, W, oi, gi, d->US, d->UG, s.f_s, s.f_g, s.prod);  /* indices checked above */
+    gemm('N', 'T', R, PW, W, 1.f, s.prod, W, w->w_m + 2 * W, 3 * W, 0.f, s.pre, PW);
+    rows_norm_act(R, W, P, oi, gi, s.pre_s, s.pre_g, save, s.pre, w->ln1, eps[2], slope, s.act1,
+                  save ? s.xh1 : NULL, save ? s.rs1 : NULL);
+    gemm('N', 'T', R, W, W, 1.f, s.act1, W, w->w2, W, 0.f, s.z2, W);
+    rows_norm_act(R, W, 1, NULL, NULL, NULL, NULL, 0, s.z2, w->ln2, eps[3], slope, s.act2, save ? s.xh2 : NULL,
+                  save ? s.rs2 : NULL);
+    for (int64_t r = 0; r < R; ++r) memcpy(s.out + r * d->A2, w->b3, sizeof(float) * (size_t)d->A2);
+    gemm('N', 'T', R, d->A2, W, 1.f, s.act2, W, w->w3, W, 1.f, s.out, d->A2);
+    if (ga)
+        for (int64_t r = 0; r < R; ++r)
+            for (int64_t a = 0; a < d->A; ++a) sel[r * d->A + a] = s.out[r * d->A2 + a * d->A + ga[r]];
+    return 0;
+}
+
+/* Backward of q_net_forward (save = 1, same arguments) from grad [R, A] (with ga) or [R, A2]:
+ * the weight gradients into the flat g_params (QParams' order and shapes), the tables' into
+ * g_x_s / g_x_g where not NULL.  tmp: q_workspace(dims, 1) floats.  Returns 0, -1 (out of
+ * memory for partial sums) or -3 (no sgemm_). */
+int q_net_backward(const int64_t *dims, const float *x_s, const float *x_g, const void *const *params,
+                   const int64_t *oi, const int64_t *gi, const int64_t *ga, float slope, const uint64_t *seeds,
+                   int threshold, float keep_scale, float *ws, const float *grad, float *tmp, float *g_params,
+                   float *g_x_s, float *g_x_g) {
+    const Dims *d = (const Dims *)dims;
+    const Params *w = (const Params *)params;
+    if (!gemm_ptr) return -3;
+    const int64_t W = d->W, P = d->P, PW = P * W, R = d->R, A2 = d->A2;
+    Saved s;
+    Temps t;
+    carve_saved(d, ws, &s);
+    carve_temps(d, tmp, &t);
+    int64_t off[11];
+    grad_offsets(d, off);
+    float *g_w_s = g_params + off[0], *g_ln_s = g_params + off[1], *g_w_g = g_params + off[2],
+          *g_ln_g = g_params + off[3], *g_w_m = g_params + off[4], *g_ln1 = g_params + off[5],
+          *g_w2 = g_params + off[6], *g_ln2 = g_params + off[7], *g_w3 = g_params + off[8],
+          *g_b3 = g_params + off[9];
+    memset(g_params, 0, sizeof(float) * (size_t)off[10]);
+    const float *g_out = grad;
+    if (ga) {  /* only each row's goal-action column carries a gradient */
+        memset(t.g_out, 0, sizeof(float) * (size_t)(R * A2));
+        for (int64_t r = 0; r < R; ++r)
+            for (int64_t a = 0; a < d->A; ++a) t.g_out[r * A2 + a * d->A + ga[r]] = grad[r * d->A + a];
+        g_out = t.g_out;
+    }
+    /* head: out = act2 w3ᵀ + b3 */
+    gemm('T', 'N', A2, W, R, 1.f, g_out, A2, s.act2, W, 0.f, g_w3, W);
+    for (int64_t r = 0; r < R; ++r)
+        for (int64_t j = 0; j < A2; ++j) g_b3[j] += g_out[r * A2 + j];
+    gemm('N', 'N', R, W, A2, 1.f, g_out, A2, w->w3, W, 0.f, t.g_act2, W);
+    if (rows_norm_act_backward(R, W, 1, t.g_act2, s.xh2, s.rs2, NULL, w->ln2, slope, t.g_z2, g_ln2)) return -1;
+    gemm('T', 'N', W, W, R, 1.f, t.g_z2, W, s.act1, W, 0.f, g_w2, W);
+    gemm('N', 'N', R, W, W, 1.f, t.g_z2, W, w->w2, W, 0.f, t.g_act1, W);
+    if (rows_norm_act_backward(R, W, P, t.g_act1, s.xh1, s.rs1, s.pre, w->ln1, slope, t.g_pre, g_ln1)) return -1;
+    /* maxout: the product's map per row, the tables' maps through the gathers */
+    gemm('T', 'N', PW, W, R, 1.f, t.g_pre, PW, s.prod, W, 0.f, g_w_m + 2 * W, 3 * W);
+    gemm('N', 'N', R, W, PW, 1.f, t.g_pre, PW, w->w_m + 2 * W, 3 * W, 0.f, t.g_prod, W);
+    memset(t.g_pre_s, 0, sizeof(float) * (size_t)(d->US * PW));
+    memset(t.g_pre_g, 0, sizeof(float) * (size_t)(d->UG * PW));
+    memset(t.g_f_s, 0, sizeof(float) * (size_t)(d->US * W));
+    memset(t.g_f_g, 0, sizeof(float) * (size_t)(d->UG * W));
+    rows_gather_backward(R, W, PW, oi, gi, t.g_pre, t.g_prod, s.f_s, s.f_g, t.g_pre_s, t.g_pre_g, t.g_f_s, t.g_f_g);
+    gemm('T', 'N', PW, W, d->US, 1.f, t.g_pre_s, PW, s.f_s, W, 0.f, g_w_m, 3 * W);
+    gemm('T', 'N', PW, W, d->UG, 1.f, t.g_pre_g, PW, s.f_g, W, 0.f, g_w_m + W, 3 * W);
+    gemm('N', 'N', d->US, W, PW, 1.f, t.g_pre_s, PW, w->w_m, 3 * W, 1.f, t.g_f_s, W);
+    gemm('N', 'N', d->UG, W, PW, 1.f, t.g_pre_g, PW, w->w_m + W, 3 * W, 1.f, t.g_f_g, W);
+    /* branches */
+    if (branch_backward(d->US, W, t.g_f_s, s.xh_s, s.rs_s, w->ln_s, seeds[0], threshold, keep_scale, t.g_h_s,
+                        g_ln_s)) return -1;
+    if (branch_backward(d->UG, W, t.g_f_g, s.xh_g, s.rs_g, w->ln_g, seeds[1], threshold, keep_scale, t.g_h_g,
+                        g_ln_g)) return -1;
+    gemm('T', 'N', W, d->DS, d->US, 1.f, t.g_h_s, W, x_s, d->DS, 0.f, g_w_s, d->DS);
+    gemm('T', 'N', W, d->DG, d->UG, 1.f, t.g_h_g, W, x_g, d->DG, 0.f, g_w_g, d->DG);
+    if (g_x_s) gemm('N', 'N', d->US, d->DS, W, 1.f, t.g_h_s, W, w->w_s, d->DS, 0.f, g_x_s, d->DS);
+    if (g_x_g) gemm('N', 'N', d->UG, d->DG, W, 1.f, t.g_h_g, W, w->w_g, d->DG, 0.f, g_x_g, d->DG);
+    return 0;
 }

@@ -1,20 +1,21 @@
-"""The Q network after its encoders as one autograd node over C kernels (CPU, float32).
+"""The Q network after its encoders as one autograd node whose forward and backward are each one C call (CPU, float32).
 
 On CPU an update of the DQN variant (SPEC §5a: 2 048 rows, width 64, 4 maxout pieces) spent
 more time in memory-bound passes over ``[rows, 4 · width]`` tensors (row gathers and their
 scatter-add backward, the maxout's max and mask, LayerNorms, activations) and in the dispatch of
-~100 small ops and their autograd nodes than in its matrix products. Here every such pass is one
-C loop over rows (``_rows.c``, built on first use by :mod:`sun_lightning.native`, run on torch's
-OpenMP threads), the matrix products stay PyTorch's, and the whole network (branches, tables,
-rows, the goal action's columns) is one autograd node whose backward is written out by hand:
-forward and backward are each ~15 calls.
+small ops, kernel calls and their Python glue than in its matrix products. Here every such pass is
+one C loop over rows (``_rows.c``, built on first use by :mod:`sun_lightning.native`, run on torch's
+OpenMP threads), and the whole network (branches, tables, rows, the goal action's columns, and
+every matrix product) is one C call forward and one backward (written out by hand), inside one
+autograd node. The matrix products call the BLAS ``sgemm_`` that ``torch.mm`` itself runs on CPU
+(MKL in the official wheels), looked up in the already loaded ``libtorch_cpu``; the time spent in
+it is counted (:func:`gemm_time`) so that benchmarks can compare an update with its matrix products.
 
 The maths is exactly the :class:`~sun_lightning.networks.q_network.GoalQNetwork` PyTorch path:
 branches ``f = SiLU(dropout(LN(x Wᵀ)))``; rows ``pre = pre_s[oi] + pre_g[gi] + (f_s[oi] ⊙ f_g[gi]) W_pᵀ``;
 ``h = max over pieces``; ``a1 = leaky(LN(h))``; ``a2 = leaky(LN(a1 W2ᵀ))``; ``out = a2 W3ᵀ + b3``
 (tests compare both paths' outputs and gradients). Only the dropout masks differ: the kernels
-draw their own stream. Measured per update with the C TD(λ) targets (README): 1.35× the PyTorch
-path at 2 torch threads, 1.20× at 1 thread.
+draw their own stream.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from typing import NamedTuple
 import torch
 from torch.autograd.function import once_differentiable
 
-from sun_lightning.native import NativeLibrary
+from sun_lightning.native import NativeError, NativeLibrary
 
-__all__ = ["QConfig", "QParams", "branch_forward", "native_rows_available", "q_forward"]
+__all__ = ["QConfig", "QParams", "branch_forward", "gemm_shapes", "gemm_time", "native_rows_available", "q_forward"]
 
 _p, _int, _i64, _u64, _f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float
+_f64 = ctypes.c_double
 # Selects compile to blends only without trapping math; AVX2 where PyTorch itself uses it
 # (the flags name the cached build, so machines sharing a cache never load each other's).
 _FLAGS = ("-fno-trapping-math", "-fno-math-errno") + (
@@ -43,13 +45,35 @@ _FLAGS = ("-fno-trapping-math", "-fno-math-errno") + (
 # would spin against torch's on the same cores (a pthread version measured slower for that reason).
 _OPENMP = (("-fopenmp",) if sys.platform.startswith("linux")
            and "parallel backend: OpenMP" in torch.__config__.parallel_info() else ())
+
+
+def _torch_sgemm() -> int:
+    """Address of the Fortran BLAS ``sgemm_`` in the loaded ``libtorch_cpu`` (what ``torch.mm`` runs on CPU).
+
+    Raises:
+        NativeError: this torch build exports none.
+    """
+    for lib in sorted((Path(torch.__file__).parent / "lib").glob("libtorch_cpu.*")):
+        try:
+            return ctypes.cast(ctypes.CDLL(str(lib)).sgemm_, ctypes.c_void_p).value
+        except (OSError, AttributeError):
+            continue
+    raise NativeError("this torch build exports no BLAS sgemm_ from libtorch_cpu (the Q network's C path needs it)")
+
+
+def _init(lib: ctypes.CDLL) -> None:
+    lib.rows_set_gemm(_torch_sgemm())
+
+
 LIBRARY = NativeLibrary(
     Path(__file__).with_name("_rows.c"),
     {
-        "rows_product": ([_i64, _i64, _p, _p, _i64, _i64, _p, _p, _p], _int),
-        "rows_norm_act": ([_i64, _i64, _i64, _p, _p, _p, _p, _int, _p, _p, _f32, _f32, _p, _p, _p], None),
-        "rows_norm_act_backward": ([_i64, _i64, _i64, _p, _p, _p, _p, _p, _f32, _p, _p], _int),
-        "rows_gather_backward": ([_i64, _i64, _i64, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p], None),
+        "rows_set_gemm": ([_p], None),
+        "rows_gemm_time": ([ctypes.POINTER(_f64), ctypes.POINTER(_i64), _int], None),
+        "rows_gemm_log": ([_int, _p], _int),
+        "q_workspace": ([_p, _int], _i64),
+        "q_net_forward": ([_p, _p, _p, _p, _p, _p, _p, _p, _f32, _p, _int, _f32, _int, _p, _p], _int),
+        "q_net_backward": ([_p, _p, _p, _p, _p, _p, _p, _f32, _p, _int, _f32, _p, _p, _p, _p, _p, _p], _int),
         "branch_forward": ([_i64, _i64, _p, _p, _f32, _u64, _int, _f32, _p, _p, _p], None),
         "branch_backward": ([_i64, _i64, _p, _p, _p, _p, _u64, _int, _f32, _p, _p], _int),
         "branch_dropout_mask": ([_i64, _i64, _u64, _int, _f32, _p], None),
@@ -57,12 +81,31 @@ LIBRARY = NativeLibrary(
     "The Q network's row-kernel library (_rows.c)",
     _FLAGS,
     _OPENMP,
+    _init,
 )
 
 
 def native_rows_available() -> bool:
     """Whether the C row kernels can be used (built or found in the cache); warns once if not."""
     return LIBRARY.available("Falling back to the (slower) PyTorch row path of the Q network.")
+
+
+def gemm_time(reset: bool = False) -> tuple[float, int]:
+    """Seconds spent in ``sgemm_`` by this module's forwards and backwards, and the number of calls,
+    since the last reset (process-wide counters; ``reset`` clears them after reading)."""
+    seconds, calls = _f64(), _i64()
+    LIBRARY.load().rows_gemm_time(ctypes.byref(seconds), ctypes.byref(calls), int(reset))
+    return seconds.value, calls.value
+
+
+def gemm_shapes(record: bool) -> list[tuple[bool, bool, int, int, int]]:
+    """Start (``record``) or stop logging the matrix products' shapes; returns those logged since the last
+    :func:`gemm_time` reset (at most 64) as ``(transpose a, transpose b, M, N, K)`` of row-major
+    ``[M, K] @ [K, N]`` products."""
+    lib = LIBRARY.load()
+    out = (_i64 * (64 * 5))()
+    n = lib.rows_gemm_log(int(record), out)
+    return [(bool(out[5 * i]), bool(out[5 * i + 1]), out[5 * i + 2], out[5 * i + 3], out[5 * i + 4]) for i in range(n)]
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:
@@ -73,58 +116,6 @@ def _checked(status: int) -> None:
     """Raise for a backward kernel's non-zero status (its partial sums could not be allocated)."""
     if status:
         raise MemoryError("the Q network's row kernels could not allocate their partial sums")
-
-
-def _forward(f_s, f_g, pre_s, pre_g, w_p, ln1_w, w2, ln2_w, w3, b3, oi, gi, eps1, eps2, slope, pieces, save):
-    lib = LIBRARY.load()
-    rows = oi.numel() if oi is not None else gi.numel() if gi is not None else f_s.shape[0]
-    width = f_s.shape[1]
-    prod = f_s.new_empty(rows, width)
-    if lib.rows_product(rows, width, _ptr(oi), _ptr(gi), f_s.shape[0], f_g.shape[0], f_s.data_ptr(),
-                        f_g.data_ptr(), prod.data_ptr()):
-        raise IndexError(f"row index out of range: tables of {f_s.shape[0]} states and {f_g.shape[0]} goals")
-    # the product's share of the maxout pre-activations; the kernel adds the tables' rows to it
-    pre = torch.mm(prod, w_p.t())
-    saved = {}
-    act1 = f_s.new_empty(rows, width)
-    if save:  # the backward finds the maxout's winning pieces again in pre
-        saved = dict(pre=pre, xhat1=f_s.new_empty(rows, width), rstd1=f_s.new_empty(rows),
-                     xhat2=f_s.new_empty(rows, width), rstd2=f_s.new_empty(rows))
-    lib.rows_norm_act(rows, width, pieces, _ptr(oi), _ptr(gi), pre_s.data_ptr(), pre_g.data_ptr(), int(save),
-                      pre.data_ptr(), ln1_w.data_ptr(), eps1, slope, act1.data_ptr(), _ptr(saved.get("xhat1")),
-                      _ptr(saved.get("rstd1")))
-    z2 = torch.mm(act1, w2.t())
-    act2 = torch.empty_like(z2)
-    lib.rows_norm_act(rows, width, 1, None, None, None, None, 0, z2.data_ptr(), ln2_w.data_ptr(), eps2, slope,
-                      act2.data_ptr(), _ptr(saved.get("xhat2")), _ptr(saved.get("rstd2")))
-    out = torch.addmm(b3, act2, w3.t())
-    return out, prod, act1, act2, saved
-
-
-def _rows_backward(saved, w_p, ln1_w, w2, ln2_w, w3, oi, gi, slope, pieces, grad_out):
-    """Gradients of :func:`_forward`'s output ``grad_out [R, |A|²]``: tables ``g_f_s, g_f_g, g_pre_s, g_pre_g``
-    and weights ``g_w_p, g_ln1, g_w2, g_ln2, g_w3, g_b3``."""
-    lib = LIBRARY.load()
-    f_s, f_g, prod, act1, act2, pre = (saved[k] for k in ("f_s", "f_g", "prod", "act1", "act2", "pre"))
-    rows, width = act1.shape
-    pw = w_p.shape[0]
-    g_w3, g_b3, g_act2 = grad_out.t().mm(act2), grad_out.sum(0), grad_out.mm(w3)
-    g_z2, g_ln2 = torch.empty_like(act2), torch.zeros_like(ln2_w)
-    _checked(lib.rows_norm_act_backward(rows, width, 1, g_act2.data_ptr(), saved["xhat2"].data_ptr(),
-                                        saved["rstd2"].data_ptr(), None, ln2_w.data_ptr(), slope, g_z2.data_ptr(),
-                                        g_ln2.data_ptr()))
-    g_w2, g_act1 = g_z2.t().mm(act1), g_z2.mm(w2)
-    g_pre, g_ln1 = act1.new_empty(rows, pw), torch.zeros_like(ln1_w)
-    _checked(lib.rows_norm_act_backward(rows, width, pieces, g_act1.data_ptr(), saved["xhat1"].data_ptr(),
-                                        saved["rstd1"].data_ptr(), pre.data_ptr(), ln1_w.data_ptr(), slope,
-                                        g_pre.data_ptr(), g_ln1.data_ptr()))
-    g_w_p, g_prod = g_pre.t().mm(prod), g_pre.mm(w_p)
-    g_pre_s, g_pre_g = act1.new_zeros(f_s.shape[0], pw), act1.new_zeros(f_g.shape[0], pw)
-    g_f_s, g_f_g = torch.zeros_like(f_s), torch.zeros_like(f_g)
-    lib.rows_gather_backward(rows, width, pw, _ptr(oi), _ptr(gi), g_pre.data_ptr(), g_prod.data_ptr(),
-                             f_s.data_ptr(), f_g.data_ptr(), g_pre_s.data_ptr(), g_pre_g.data_ptr(),
-                             g_f_s.data_ptr(), g_f_g.data_ptr())
-    return g_f_s, g_f_g, g_pre_s, g_pre_g, g_w_p, g_ln1, g_w2, g_ln2, g_w3, g_b3
 
 
 class QParams(NamedTuple):
@@ -162,65 +153,79 @@ class QConfig:
     seeds: tuple[int, int] = (0, 0)
 
 
-def _q_forward(x_s, x_g, p: QParams, oi, gi, column, cfg: QConfig, save: bool):
-    """Q of the rows ``(oi[r], gi[r])`` from encoded tables: ``[R, |A|²]``, or ``[R, |A|]`` at ``column``
-    (each row's goal action, expanded ``[R, |A|, 1]``: its column of the row's ``|A| × |A|`` block);
-    and the intermediate results the backward needs when ``save``."""
-    f_s, branch_s = _branch(torch.mm(x_s, p.w_s.t()), p.ln_s, cfg.eps[0], cfg.seeds[0], cfg.threshold,
-                            cfg.keep_scale, save)
-    f_g, branch_g = _branch(torch.mm(x_g, p.w_g.t()), p.ln_g, cfg.eps[1], cfg.seeds[1], cfg.threshold,
-                            cfg.keep_scale, save)
-    # The maxout's linear map of concat(f_s, f_g, f_s ⊙ f_g) is the sum of three maps: the first two
-    # run once per table row, only the product's per row.
-    w_ms, w_mg, w_mp = p.w_m.split(f_s.shape[1], dim=1)
-    pre_s, pre_g = torch.mm(f_s, w_ms.t()), torch.mm(f_g, w_mg.t())
-    out, prod, act1, act2, saved = _forward(f_s, f_g, pre_s, pre_g, w_mp, p.ln1, p.w2, p.ln2, p.w3, p.b3, oi, gi,
-                                            cfg.eps[2], cfg.eps[3], cfg.slope, cfg.pieces, save)
-    if column is not None:
-        out = out.view(column.shape[0], column.shape[1], -1).gather(2, column).view(column.shape[:2])
-    if save:
-        saved.update(f_s=f_s, f_g=f_g, prod=prod, act1=act1, act2=act2, branch_s=branch_s, branch_g=branch_g)
-    return out, saved
+class _Call:
+    """The C arguments of one evaluation of Q, kept by the autograd node for its backward."""
 
+    __slots__ = ("dims", "rows", "num_actions", "params", "eps", "seeds", "cfg", "x_s", "x_g", "oi", "gi", "ga",
+                 "workspace")
 
-def _q_backward(x_s, x_g, p: QParams, saved, oi, gi, column, cfg: QConfig, grad, need_inputs):
-    """Gradients of :func:`_q_forward`'s output: the encoded tables' (where ``need_inputs``) and ``QParams``'."""
-    if column is not None:  # only the goal action's column of each row has a gradient
-        g_out = grad.new_zeros(column.shape[0], column.shape[1], p.w3.shape[0] // column.shape[1])
-        g_out = g_out.scatter_(2, column, grad.unsqueeze(2)).view(column.shape[0], -1)
-    else:
-        g_out = grad.contiguous()
-    f_s, f_g = saved["f_s"], saved["f_g"]
-    w_ms, w_mg, w_mp = p.w_m.split(f_s.shape[1], dim=1)
-    g_f_s, g_f_g, g_pre_s, g_pre_g, g_w_p, g_ln1, g_w2, g_ln2, g_w3, g_b3 = _rows_backward(
-        saved, w_mp, p.ln1, p.w2, p.ln2, p.w3, oi, gi, cfg.slope, cfg.pieces, g_out)
-    g_w_m = torch.cat([g_pre_s.t().mm(f_s), g_pre_g.t().mm(f_g), g_w_p], dim=1)
-    g_f_s.addmm_(g_pre_s, w_ms)
-    g_f_g.addmm_(g_pre_g, w_mg)
-    g_h_s, g_ln_s = _branch_backward(g_f_s, *saved["branch_s"], p.ln_s, cfg.seeds[0], cfg.threshold, cfg.keep_scale)
-    g_h_g, g_ln_g = _branch_backward(g_f_g, *saved["branch_g"], p.ln_g, cfg.seeds[1], cfg.threshold, cfg.keep_scale)
-    g_x_s = g_h_s.mm(p.w_s) if need_inputs[0] else None
-    g_x_g = g_h_g.mm(p.w_g) if need_inputs[1] else None
-    weights = QParams(g_h_s.t().mm(x_s), g_ln_s, g_h_g.t().mm(x_g), g_ln_g, g_w_m, g_ln1, g_w2, g_ln2, g_w3, g_b3)
-    return g_x_s, g_x_g, weights
+    def __init__(self, x_s, x_g, p: QParams, oi, gi, ga, cfg: QConfig) -> None:
+        rows = oi.numel() if oi is not None else gi.numel() if gi is not None else x_s.shape[0]
+        self.rows, self.num_actions = rows, math.isqrt(p.w3.shape[0])
+        if not all(t.is_contiguous() and t.dtype == torch.float32 for t in p):
+            raise ValueError("the C path of Q needs contiguous float32 weights")
+        self.dims = (_i64 * 9)(x_s.shape[0], x_g.shape[0], x_s.shape[1], x_g.shape[1], rows, p.w2.shape[0],
+                               cfg.pieces, p.w3.shape[0], self.num_actions)
+        self.params = (_p * 10)(*(t.data_ptr() for t in p))
+        self.eps, self.seeds, self.cfg = (_f32 * 4)(*cfg.eps), (_u64 * 2)(*cfg.seeds), cfg
+        self.x_s, self.x_g, self.oi, self.gi, self.ga = x_s, x_g, oi, gi, ga
+        self.workspace: torch.Tensor | None = None
+
+    def forward(self, save: bool) -> torch.Tensor:
+        """``[R, |A|]`` at the goal actions, or ``[R, |A|²]``; with ``save`` the workspace keeps what the backward needs."""
+        lib, cfg = LIBRARY.load(), self.cfg
+        size = lib.q_workspace(self.dims, 0)
+        ws = torch.empty(size)
+        sel = ws.new_empty(self.rows, self.num_actions) if self.ga is not None else None
+        status = lib.q_net_forward(self.dims, self.x_s.data_ptr(), self.x_g.data_ptr(), self.params, _ptr(self.oi),
+                                   _ptr(self.gi), _ptr(self.ga), self.eps, cfg.slope, self.seeds, cfg.threshold,
+                                   cfg.keep_scale, int(save), ws.data_ptr(), _ptr(sel))
+        if status == -1:
+            raise IndexError(f"row index out of range: tables of {self.x_s.shape[0]} states and {self.x_g.shape[0]} goals")
+        if status == -2:
+            raise IndexError(f"a goal action is outside [0, {self.num_actions})")
+        if status:
+            raise NativeError("the Q network's C path has no sgemm_")
+        if save:
+            self.workspace = ws
+        if sel is not None:
+            return sel
+        width = self.num_actions**2
+        return ws[size - self.rows * width:].view(self.rows, width)  # the layout's last block
+
+    def backward(self, grad: torch.Tensor, params: QParams, need_inputs) -> tuple:
+        """Gradients of :meth:`forward`'s output: the encoded tables' (where ``need_inputs``) and ``QParams``'."""
+        lib, cfg = LIBRARY.load(), self.cfg
+        flat = grad.new_empty(sum(t.numel() for t in params))
+        g_x_s = torch.empty_like(self.x_s) if need_inputs[0] else None
+        g_x_g = torch.empty_like(self.x_g) if need_inputs[1] else None
+        tmp = torch.empty(lib.q_workspace(self.dims, 1))
+        status = lib.q_net_backward(self.dims, self.x_s.data_ptr(), self.x_g.data_ptr(), self.params, _ptr(self.oi),
+                                    _ptr(self.gi), _ptr(self.ga), cfg.slope, self.seeds, cfg.threshold, cfg.keep_scale,
+                                    self.workspace.data_ptr(), grad.contiguous().data_ptr(), tmp.data_ptr(),
+                                    flat.data_ptr(), _ptr(g_x_s), _ptr(g_x_g))
+        _checked(status)
+        grads = QParams(*(g.view_as(t) for g, t in zip(flat.split([t.numel() for t in params]), params)))
+        return g_x_s, g_x_g, grads
 
 
 class _Q(torch.autograd.Function):
-    """The whole of Q after its encoders as one autograd node (forward and backward by hand)."""
+    """The whole of Q after its encoders as one autograd node (forward and backward by hand, one C call each)."""
 
     @staticmethod
-    def forward(ctx, x_s, x_g, oi, gi, column, cfg, *params):
-        out, saved = _q_forward(x_s, x_g, QParams(*params), oi, gi, column, cfg, save=True)
-        ctx.save_for_backward(x_s, x_g, *params)
-        ctx.saved, ctx.index, ctx.cfg = saved, (oi, gi, column), cfg
+    def forward(ctx, x_s, x_g, oi, gi, ga, cfg, *params):
+        call = _Call(x_s, x_g, QParams(*params), oi, gi, ga, cfg)
+        out = call.forward(save=True)
+        ctx.save_for_backward(x_s, x_g, *params)  # version checks: in-place changes before the backward raise
+        ctx.call = call
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
         x_s, x_g, *params = ctx.saved_tensors
-        g_x_s, g_x_g, g_params = _q_backward(x_s, x_g, QParams(*params), ctx.saved, *ctx.index, ctx.cfg, grad,
-                                             ctx.needs_input_grad[:2])
+        g_x_s, g_x_g, g_params = ctx.call.backward(grad, QParams(*params), ctx.needs_input_grad[:2])
+        ctx.call = None  # frees the workspace
         return (g_x_s, g_x_g, None, None, None, None, *g_params)
 
 
@@ -248,20 +253,20 @@ def q_forward(
         raise ValueError(f"rows disagree: {x_s.shape[0]} states, {x_g.shape[0]} goals")
     oi, gi = (None if i is None else i.to(torch.int64).contiguous() for i in (obs_index, goal_index))
     num_actions = math.isqrt(params.w3.shape[0])
-    column = None
-    if goal_action is not None:  # the goal action's column of each row's |A| × |A| block
+    ga = None
+    if goal_action is not None:
         rows = oi.numel() if oi is not None else gi.numel() if gi is not None else x_s.shape[0]
         if goal_action.numel() != rows:
             raise ValueError(f"goal_action has {goal_action.numel()} entries for {rows} rows")
-        column = goal_action.to(torch.int64).view(-1, 1, 1).expand(-1, num_actions, 1)
+        ga = goal_action.to(torch.int64).reshape(-1).contiguous()
     x_s, x_g = x_s.contiguous(), x_g.contiguous()
     if torch.is_grad_enabled() and any(t.requires_grad for t in (x_s, x_g, *params)):
-        out = _Q.apply(x_s, x_g, oi, gi, column, cfg, *params)
+        out = _Q.apply(x_s, x_g, oi, gi, ga, cfg, *params)
     else:
         # named for the profiler: ctypes calls are no aten ops, and benchmarks attribute time by op
         with torch.no_grad(), torch.profiler.record_function("sun_lightning::q_forward"):
-            out = _q_forward(x_s, x_g, params, oi, gi, column, cfg, save=False)[0]
-    return out if column is not None else out.unflatten(-1, (num_actions, num_actions))
+            out = _Call(x_s, x_g, params, oi, gi, ga, cfg).forward(save=False)
+    return out if ga is not None else out.unflatten(-1, (num_actions, num_actions))
 
 
 # ---- the branches: SiLU(dropout(LayerNorm(h))) -------------------------------------------------
