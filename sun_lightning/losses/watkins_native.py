@@ -83,7 +83,7 @@ def watkins_targets(
     rows, num_actions = q_online.shape
     if q_target.shape != q_online.shape:
         raise ValueError(f"online values {tuple(q_online.shape)} and target values {tuple(q_target.shape)} differ")
-    target = torch.empty(n, t)
+    target = torch.empty(n, t, dtype=torch.float32)
     cont = torch.empty(n, t, dtype=torch.bool)
     q_online, q_target = q_online.contiguous(), q_target.contiguous()
     action = action.to(torch.int64).contiguous()

@@ -175,7 +175,7 @@ class _Call:
         """``[R, |A|]`` at the goal actions, or ``[R, |A|²]``; with ``save`` the workspace keeps what the backward needs."""
         lib, cfg = LIBRARY.load(), self.cfg
         size = lib.q_workspace(self.dims, 0)
-        ws = torch.empty(size)
+        ws = torch.empty(size, dtype=torch.float32)  # the C side reads floats whatever the default dtype
         sel = ws.new_empty(self.rows, self.num_actions) if self.ga is not None else None
         status = lib.q_net_forward(self.dims, self.x_s.data_ptr(), self.x_g.data_ptr(), self.params, _ptr(self.oi),
                                    _ptr(self.gi), _ptr(self.ga), self.eps, cfg.slope, self.seeds, cfg.threshold,
@@ -199,7 +199,7 @@ class _Call:
         flat = grad.new_empty(sum(t.numel() for t in params))
         g_x_s = torch.empty_like(self.x_s) if need_inputs[0] else None
         g_x_g = torch.empty_like(self.x_g) if need_inputs[1] else None
-        tmp = torch.empty(lib.q_workspace(self.dims, 1))
+        tmp = torch.empty(lib.q_workspace(self.dims, 1), dtype=torch.float32)
         status = lib.q_net_backward(self.dims, self.x_s.data_ptr(), self.x_g.data_ptr(), self.params, _ptr(self.oi),
                                     _ptr(self.gi), _ptr(self.ga), cfg.slope, self.seeds, cfg.threshold, cfg.keep_scale,
                                     self.workspace.data_ptr(), grad.contiguous().data_ptr(), tmp.data_ptr(),
