@@ -88,14 +88,14 @@ def segmented_batch(
 
     rows = (k, s * c, t)
     out = {
-        keys.STATES: torch.empty(k, 2 * s * t, obs_dim),
-        keys.GOALS: torch.empty(k, goal_rows, goal_dim),
+        keys.STATES: torch.empty(k, 2 * s * t, obs_dim, dtype=torch.float32),  # the C side writes floats
+        keys.GOALS: torch.empty(k, goal_rows, goal_dim, dtype=torch.float32),
         keys.STATE_INDEX: torch.empty(rows, dtype=torch.int64),
         keys.NEXT_STATE_INDEX: torch.empty(rows, dtype=torch.int64),
         keys.GOAL_INDEX: torch.empty(rows, dtype=torch.int64),
         keys.ACTION: torch.empty(rows, dtype=torch.int64),
         keys.GOAL_ACTION: torch.empty(rows, dtype=torch.int64),
-        keys.REWARD: torch.empty(rows) if exact else None,
+        keys.REWARD: torch.empty(rows, dtype=torch.float32) if exact else None,
         keys.TERMINATED: torch.empty(rows, dtype=torch.bool),
         keys.EPISODE_END: torch.empty(rows, dtype=torch.bool),
     }
