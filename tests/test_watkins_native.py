@@ -115,3 +115,17 @@ def test_q_rows_follow_the_layout(n, t, seed):
     rows = watkins_native.q_rows(state, next_state, goal, goal_action, episode_end)
     for got, want in zip(rows, expected):
         assert got.tolist() == want
+
+
+def test_td_targets_fall_back_after_the_c_rows_when_q_is_not_float32(monkeypatch):
+    # C rows (float32 tables) but values the C targets do not take: the tensor functions finish the job.
+    torch.manual_seed(0)
+    module = DQNSVF(SPACE, dropout=0.0, init_std=0.3)
+    batch = consistent_batch(6, 9, 0)
+    native = module.td_targets(batch)
+    applies, asked = watkins_native.applies, []
+    monkeypatch.setattr(watkins_native, "applies", lambda x: asked.append(x.requires_grad) or (applies(x) and not x.requires_grad))
+    mixed = module.td_targets(batch)
+    assert asked == [False, True]  # yes for the tables (C rows), no for the values
+    torch.testing.assert_close(mixed[1], native[1], rtol=1e-6, atol=1e-6)
+    assert torch.equal(mixed[2], native[2])

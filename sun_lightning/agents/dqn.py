@@ -168,9 +168,7 @@ class DQNSVF(SVFModule):
         if native:  # the same rows from one C pass
             state_index, goal_index, goal_action_rows = watkins_native.q_rows(*entries)
         else:
-            extra = batch[keys.EPISODE_END].clone()
-            extra[:, -1] = True
-            at = extra.flatten().nonzero().squeeze(1)  # once: each boolean-mask read would search again
+            extra, at = self._extra_steps(batch)
             # one gather for the three row entries: [state, goal, goal action] then their next-state rows
             steps = torch.stack([batch[keys.STATE_INDEX], batch[keys.GOAL_INDEX], goal_action]).flatten(1)
             nexts = torch.stack([batch[keys.NEXT_STATE_INDEX], batch[keys.GOAL_INDEX], goal_action]).flatten(1)
@@ -187,8 +185,7 @@ class DQNSVF(SVFModule):
                 hp.lam, hp.bootstrap_clip, 1.0 - hp.gamma)
             return q_taken, target, cont
         with torch.no_grad():
-            extra = batch[keys.EPISODE_END].clone()
-            extra[:, -1] = True
+            extra, at = self._extra_steps(batch)
             q_seq = q[: n * t].detach().view(n, t, num_actions)
             online_next = self._next_rows(q_seq, q[n * t :].detach(), at)
             target_next = self._next_rows(q_target[: n * t].view(n, t, num_actions), q_target[n * t :], at)
@@ -198,6 +195,13 @@ class DQNSVF(SVFModule):
             done = (reward > 0) | batch[keys.TERMINATED]
             target = watkins_lambda_returns(reward, done.float(), bootstrap, cont.float(), hp.gamma, hp.lam)
         return q_taken, target, cont
+
+    @staticmethod
+    def _extra_steps(batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Steps whose next state has a row of its own (episode ends and the last step) ``[N, T]``, and their flat positions."""
+        extra = batch[keys.EPISODE_END].clone()
+        extra[:, -1] = True
+        return extra, extra.flatten().nonzero().squeeze(1)  # once: each boolean-mask read would search again
 
     @staticmethod
     def _next_rows(seq: torch.Tensor, extra_rows: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
