@@ -208,3 +208,10 @@ def test_matrix_products_are_counted_and_their_shapes_recorded():
     assert len(shapes) == calls == 7 + 13 and seconds > 0
     assert (True, False, 256, 64, 30) in shapes and (False, False, 7, 6, 64) in shapes
     assert rows.gemm_time() == (0.0, 0)
+
+
+def test_weights_that_do_not_fit_the_tables_are_an_error():
+    fast, _ = pair(64, 4)
+    params = fast.native_params()._replace(w2=torch.zeros(64, 63))
+    with pytest.raises(ValueError, match="do not fit tables of 6 and 5 features"):
+        rows.q_forward(torch.randn(3, 6), torch.randn(3, 5), params, fast.native_config(False))

@@ -164,8 +164,14 @@ class _Call:
         self.rows, self.num_actions = rows, math.isqrt(p.w3.shape[0])
         if not all(t.is_contiguous() and t.dtype == torch.float32 for t in p):
             raise ValueError("the C path of Q needs contiguous float32 weights")
-        self.dims = (_i64 * 9)(x_s.shape[0], x_g.shape[0], x_s.shape[1], x_g.shape[1], rows, p.w2.shape[0],
-                               cfg.pieces, p.w3.shape[0], self.num_actions)
+        w, a2 = p.w2.shape[0], p.w3.shape[0]
+        expected = QParams((w, x_s.shape[1]), (w,), (w, x_g.shape[1]), (w,), (cfg.pieces * w, 3 * w), (w,), (w, w), (w,),
+                           (a2, w), (a2,))
+        if self.num_actions**2 != a2 or any(tuple(t.shape) != e for t, e in zip(p, expected)):
+            raise ValueError(f"weights of shapes {[tuple(t.shape) for t in p]} do not fit tables of {x_s.shape[1]} and "
+                             f"{x_g.shape[1]} features ({cfg.pieces} maxout pieces); expected {list(expected)}")
+        self.dims = (_i64 * 9)(x_s.shape[0], x_g.shape[0], x_s.shape[1], x_g.shape[1], rows, w, cfg.pieces, a2,
+                               self.num_actions)
         self.params = (_p * 10)(*(t.data_ptr() for t in p))
         self.eps, self.seeds, self.cfg = (_f32 * 4)(*cfg.eps), (_u64 * 2)(*cfg.seeds), cfg
         self.x_s, self.x_g, self.oi, self.gi, self.ga = x_s, x_g, oi, gi, ga
