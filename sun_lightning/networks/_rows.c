@@ -62,8 +62,7 @@ static inline void layer_norm_row_backward(const float *restrict dxh, const floa
     for (int64_t u = 0; u < W; ++u) out[u] = rs * (dxh[u] - s1 - xh[u] * s2);
 }
 
-/* prod[r] = f_s[oi[r]] * f_g[gi[r]].
- * Returns 0, or -1 (writing nothing) if an index is outside [0, NS) or [0, NG). */
+/* Whether every row index is inside [0, NS) (states) and [0, NG) (goals). */
 static int rows_in_range(int64_t R, const int64_t *oi, const int64_t *gi, int64_t NS, int64_t NG) {
     for (int64_t r = 0; r < R; ++r) {
         const int64_t s = ROW(oi, r), g = ROW(gi, r);
@@ -72,16 +71,15 @@ static int rows_in_range(int64_t R, const int64_t *oi, const int64_t *gi, int64_
     return 1;
 }
 
-int rows_product(int64_t R, int64_t W, const int64_t *oi, const int64_t *gi, int64_t NS, int64_t NG,
-                 const float *f_s, const float *f_g, float *prod) {
-    if (!rows_in_range(R, oi, gi, NS, NG)) return -1;
+/* prod[r] = f_s[oi[r]] * f_g[gi[r]] (indices checked by the caller, rows_in_range). */
+static void rows_product(int64_t R, int64_t W, const int64_t *oi, const int64_t *gi, const float *f_s,
+                         const float *f_g, float *prod) {
     #pragma omp parallel for schedule(static) if (R >= PARALLEL_ROWS)
     for (int64_t r = 0; r < R; ++r) {
         const float *restrict fs = f_s + ROW(oi, r) * W, *restrict fg = f_g + ROW(gi, r) * W;
         float *restrict p = prod + r * W;
         for (int64_t u = 0; u < W; ++u) p[u] = fs[u] * fg[u];
     }
-    return 0;
 }
 
 /* h[u] = max_p row[p*W + u]. */
@@ -98,7 +96,7 @@ static inline void piece_max(const float *restrict row, int64_t W, int64_t P, fl
  * by the GEMM into pre (rows_product's indices, already checked).  Without tables (pre_s NULL)
  * x = pre; with P == 1 the max is the identity.  keep writes x back into pre (the backward finds
  * the winning pieces in it); xhat and rstd (saved for the backward) may be NULL. */
-void rows_norm_act(int64_t R, int64_t W, int64_t P, const int64_t *oi, const int64_t *gi,
+static void rows_norm_act(int64_t R, int64_t W, int64_t P, const int64_t *oi, const int64_t *gi,
                    const float *pre_s, const float *pre_g, int keep, float *pre, const float *ln_w,
                    float eps, float slope, float *restrict act, float *restrict xhat,
                    float *restrict rstd) {
@@ -139,7 +137,7 @@ static void add_partials(float *part, int64_t C, int64_t W, float *restrict grad
  * (per chunk of rows, chunks added in order).  The maxout's gradient goes to the piece(s)
  * equal to the max (recomputed from pre); ties between float pieces have probability zero.
  * Returns 0, or -1 (out of memory for the partial sums). */
-int rows_norm_act_backward(int64_t R, int64_t W, int64_t P, const float *grad_act,
+static int rows_norm_act_backward(int64_t R, int64_t W, int64_t P, const float *grad_act,
                            const float *xhat, const float *rstd, const float *pre,
                            const float *ln_w, float slope, float *restrict grad_in,
                            float *restrict grad_w) {
@@ -182,7 +180,7 @@ int rows_norm_act_backward(int64_t R, int64_t W, int64_t P, const float *grad_ac
  * g_pre_s[oi[r]] += grad_pre[r], g_pre_g[gi[r]] += grad_pre[r],
  * g_f_s[oi[r]] += grad_prod[r] · f_g[gi[r]], g_f_g[gi[r]] += grad_prod[r] · f_s[oi[r]].
  * The two sides (state tables, goal tables) run on two threads, each visiting the rows in order. */
-void rows_gather_backward(int64_t R, int64_t W, int64_t PW, const int64_t *oi, const int64_t *gi,
+static void rows_gather_backward(int64_t R, int64_t W, int64_t PW, const int64_t *oi, const int64_t *gi,
                           const float *grad_pre, const float *grad_prod, const float *f_s,
                           const float *f_g, float *g_pre_s, float *g_pre_g, float *g_f_s,
                           float *g_f_g) {
@@ -453,7 +451,7 @@ int q_net_forward(const int64_t *dims, const float *x_s, const float *x_g, const
      * tables, only the product's per row. */
     gemm('N', 'T', d->US, PW, W, 1.f, s.f_s, W, w->w_m, 3 * W, 0.f, s.pre_s, PW);
     gemm('N', 'T', d->UG, PW, W, 1.f, s.f_g, W, w->w_m + W, 3 * W, 0.f, s.pre_g, PW);
-    rows_product(R, W, oi, gi, d->US, d->UG, s.f_s, s.f_g, s.prod);  /* indices checked above */
+    rows_product(R, W, oi, gi, s.f_s, s.f_g, s.prod);  /* indices checked above */
     gemm('N', 'T', R, PW, W, 1.f, s.prod, W, w->w_m + 2 * W, 3 * W, 0.f, s.pre, PW);
     rows_norm_act(R, W, P, oi, gi, s.pre_s, s.pre_g, save, s.pre, w->ln1, eps[2], slope, s.act1,
                   save ? s.xh1 : NULL, save ? s.rs1 : NULL);

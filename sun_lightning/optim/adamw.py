@@ -86,20 +86,22 @@ class ClippedAdamW(torch.optim.AdamW):
             super().step()
             return loss
         lib = LIBRARY.load()
+        # Per group: its parameters with a gradient, their sizes and gradient pointers (shared by both passes).
+        groups = []
+        for group in self.param_groups:
+            ps = [p for p in group["params"] if p.grad is not None]
+            if ps:
+                n = len(ps)
+                groups.append((group, ps, (_i64 * n)(*(p.numel() for p in ps)), (_p * n)(*(p.grad.data_ptr() for p in ps))))
         coef = 1.0
         if self.max_grad_norm is not None:
-            grads = (_p * len(params))(*(p.grad.data_ptr() for p in params))
-            numel = (_i64 * len(params))(*(p.numel() for p in params))
-            norm = math.sqrt(lib.sq_norm(len(params), numel, grads))
+            norm = math.sqrt(sum(lib.sq_norm(len(ps), numel, grads) for _, ps, numel, grads in groups))
             coef = min(1.0, self.max_grad_norm / (norm + 1e-6))
-        for group in self.param_groups:
-            self._native_group(lib, group, coef)
+        for group, ps, numel, grads in groups:
+            self._native_group(lib, group, ps, numel, grads, coef)
         return loss
 
-    def _native_group(self, lib: ctypes.CDLL, group: dict, coef: float) -> None:
-        params = [p for p in group["params"] if p.grad is not None]
-        if not params:
-            return
+    def _native_group(self, lib: ctypes.CDLL, group: dict, params: list[torch.Tensor], numel, grads, coef: float) -> None:
         beta1, beta2 = group["betas"]
         lr = group["lr"]
         lr = float(lr) if not isinstance(lr, torch.Tensor) else float(lr.item())
@@ -115,9 +117,9 @@ class ClippedAdamW(torch.optim.AdamW):
         torch._foreach_add_(steps, 1.0)
         counts = torch.stack(steps).tolist()
         n = len(params)
-        arrays = [(_p * n)(*(t.data_ptr() for t in ts)) for ts in (
-            params, [p.grad for p in params], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states])]
+        param_ptrs, exp_avg, exp_avg_sq = ((_p * n)(*(t.data_ptr() for t in ts)) for ts in (
+            params, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]))
         step_size = (_f32 * n)(*(lr / (1.0 - beta1**c) for c in counts))
         bc2_sqrt = (_f32 * n)(*(math.sqrt(1.0 - beta2**c) for c in counts))
-        lib.adamw_step(n, (_i64 * n)(*(p.numel() for p in params)), *arrays, step_size, bc2_sqrt, coef,
+        lib.adamw_step(n, numel, param_ptrs, grads, exp_avg, exp_avg_sq, step_size, bc2_sqrt, coef,
                        1.0 - lr * group["weight_decay"], 1.0 - beta1, beta2, 1.0 - beta2, group["eps"])
