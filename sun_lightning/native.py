@@ -29,11 +29,21 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["NativeError", "NativeLibrary"]
+__all__ = ["NativeError", "NativeLibrary", "simd_flags"]
 
 #: Shared by every source: no fused multiply-adds and no fast-math, so results round like numpy
 #: (the pseudocount's ties at exactly rho) and do not depend on the compiler's contraction choices.
 FLAGS = ("-O3", "-ffp-contract=off", "-fno-fast-math", "-std=c99", "-fPIC", "-shared")
+
+
+def simd_flags() -> tuple[str, ...]:
+    """``-mavx2`` where PyTorch itself runs its AVX2 (or AVX-512) kernels, else nothing.
+
+    The flags name the cached build, so machines sharing a cache never load each other's.
+    """
+    import torch  # here only: building needs no torch otherwise
+
+    return ("-mavx2",) if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") else ()
 
 
 class NativeError(RuntimeError):
@@ -63,19 +73,23 @@ def cache_dirs() -> list[Path]:
     return dirs
 
 
-def library_name(stem: str, cc: str, src: bytes, flags: tuple[str, ...] = ()) -> str:
-    """File name of the build of ``src`` by ``cc``: a hash of everything the binary depends on."""
+def library_name(stem: str, cc: str, src: bytes, flags: tuple[str, ...] = (),
+                 extra: tuple[tuple[str, bytes], ...] = ()) -> str:
+    """File name of the build of ``src`` (and the ``extra`` sources) by ``cc``: a hash of everything the binary depends on."""
     st = os.stat(cc)
     key = hashlib.sha256(b"\0".join([
-        src, " ".join(FLAGS + tuple(flags)).encode(), os.path.realpath(cc).encode(),
+        src, *(name.encode() + b"\0" + data for name, data in extra), " ".join(FLAGS + tuple(flags)).encode(), os.path.realpath(cc).encode(),
         f"{st.st_size}:{st.st_mtime_ns}".encode(), sys.platform.encode(),
         platform.machine().encode()])).hexdigest()[:16]
     return f"{stem}-{key}.so"
 
 
-def build(stem: str, cc: str, src: bytes, flags: tuple[str, ...] = ()) -> Path:
-    """Path of the compiled library of ``src`` (``FLAGS`` + ``flags``), built into the first writable cache directory."""
-    name = library_name(stem, cc, src, flags)
+def build(stem: str, cc: str, src: bytes, flags: tuple[str, ...] = (), extra: tuple[tuple[str, bytes], ...] = ()) -> Path:
+    """Path of the compiled library of ``src`` (``FLAGS`` + ``flags``), built into the first writable cache directory.
+
+    ``extra``: further C sources ``(file name, bytes)`` compiled into the same library.
+    """
+    name = library_name(stem, cc, src, flags, extra)
     errors = []
     for d in cache_dirs():
         lib = d / name
@@ -91,8 +105,12 @@ def build(stem: str, cc: str, src: bytes, flags: tuple[str, ...] = ()) -> Path:
             # compile exactly the hashed bytes, in a private folder of the cache directory
             c_file = Path(work) / f"{stem}.c"
             c_file.write_bytes(src)
+            others = []
+            for other, data in extra:
+                others.append(Path(work) / other)
+                others[-1].write_bytes(data)
             out = Path(work) / name
-            proc = subprocess.run([cc, *FLAGS, *flags, "-o", str(out), str(c_file), "-lm"],
+            proc = subprocess.run([cc, *FLAGS, *flags, "-o", str(out), str(c_file), *map(str, others), "-lm"],
                                   capture_output=True, text=True)
             if proc.returncode != 0:
                 raise NativeError(f"compiling {stem}.c with {cc} failed:\n{proc.stderr}")
@@ -115,6 +133,7 @@ class NativeLibrary:
             OpenMP support, say).
         init: called once with the loaded library before first use (it may raise
             :class:`NativeError`: the library is then unavailable).
+        extra_sources: further ``.c`` files compiled into the same library (distinct file names).
     """
 
     def __init__(
@@ -125,8 +144,10 @@ class NativeLibrary:
         flags: tuple[str, ...] = (),
         optional_flags: tuple[str, ...] = (),
         init: Callable[[ctypes.CDLL], None] | None = None,
+        extra_sources: tuple[Path, ...] = (),
     ) -> None:
         self.source, self.signatures, self.purpose = source, signatures, purpose
+        self.extra_sources = tuple(extra_sources)
         self.flags, self.optional_flags, self.init = tuple(flags), tuple(optional_flags), init
         self._lib: ctypes.CDLL | None = None
         self._available: bool | None = None
@@ -135,12 +156,13 @@ class NativeLibrary:
     def path(self) -> Path:
         """Build (or find in the cache) the library and return its path."""
         cc, src = compiler(self.purpose), self.source.read_bytes()
+        extra = tuple((p.name, p.read_bytes()) for p in self.extra_sources)
         if self.optional_flags:
             try:
-                return build(self.source.stem, cc, src, self.flags + self.optional_flags)
+                return build(self.source.stem, cc, src, self.flags + self.optional_flags, extra)
             except NativeError:
                 pass  # the same code without them
-        return build(self.source.stem, cc, src, self.flags)
+        return build(self.source.stem, cc, src, self.flags, extra)
 
     def load(self) -> ctypes.CDLL:
         """The loaded library with its functions declared.

@@ -29,7 +29,7 @@ def grads(net: GoalQNetwork, weight: torch.Tensor, *args, **kwargs) -> dict[str,
 def test_native_rows_match_the_pytorch_rows(width, pieces, indexed):
     # width 13: the kernels' remainder loops (not a multiple of 8); 1 piece: the maxout is the identity
     fast, slow = pair(width, pieces)
-    assert fast._use_native_rows(torch.zeros(1, width), torch.zeros(1, width))
+    assert fast.uses_native_rows(torch.zeros(1, width), torch.zeros(1, width))
     rows_n = 50
     states, goals = torch.randn(12, 6), torch.randn(7, 5)
     i, j = torch.randint(12, (rows_n,)), torch.randint(7, (rows_n,))
@@ -113,7 +113,7 @@ def test_without_a_compiler_the_pytorch_path_runs_with_a_warning(tmp_path, monke
 def test_batched_inputs_take_the_pytorch_path():
     fast, slow = pair(8, 2)
     states, goals = torch.randn(2, 4, 6), torch.randn(2, 4, 5)  # leading batch dims: not the row kernels' layout
-    assert not fast._use_native_rows(torch.zeros(2, 4, 8), torch.zeros(2, 4, 8))
+    assert not fast.uses_native_rows(torch.zeros(2, 4, 8), torch.zeros(2, 4, 8))
     torch.testing.assert_close(fast(states, goals), slow(states, goals))
 
 

@@ -12,14 +12,17 @@ from torch.nn import functional as F
 
 from sun_lightning import keys
 from sun_lightning.envs.registry import GoalSpace
-from sun_lightning.losses import watkins_native
+from sun_lightning.losses import q_loss_native, watkins_native
 from sun_lightning.losses.td_lambda import double_q_bootstrap, greedy_within, watkins_lambda_returns
 from sun_lightning.module import SVFModule
 from sun_lightning.networks.encoders import RunningMeanStd, StandardizedRBF
 from sun_lightning.networks.q_network import GoalQNetwork
-from sun_lightning.optim import ClippedAdamW
+from sun_lightning.optim import ClippedAdamW, polyak_
 
 QFunction = Callable[..., torch.Tensor]
+#: The training statistics of an update, in the order of :meth:`DQNSVF.loss_and_stats`'s vector
+#: (documented in the README's metrics table).
+TRAIN_STATS = ("train/loss/td", "train/q/taken", "train/q/target", "train/trace/continue")
 
 
 class DQNSVF(SVFModule):
@@ -99,7 +102,7 @@ class DQNSVF(SVFModule):
             # One set of observation statistics, seen by both networks.
             self.q_target.obs_encoder.stats = self.q_target.goal_encoder.stats = self.obs_stats
         self._polyak_pairs: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
-        self._stats: dict[str, torch.Tensor] = {}
+        self._stats: torch.Tensor | None = None  # sums of TRAIN_STATS since the last pop_train_metrics
         self._stat_updates = 0
 
     def observe(self, obs: torch.Tensor) -> None:
@@ -127,16 +130,35 @@ class DQNSVF(SVFModule):
                             max_grad_norm=self.hparams.grad_clip)
 
     def loss(self, batch: TensorDict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Huber loss of Q(s_t, a_t, g_t) against Watkins TD(λ) targets over ``[N, T]`` rows."""
+        """Huber loss of Q(s_t, a_t, g_t) against Watkins TD(λ) targets over ``[N, T]`` rows, and its
+        statistics by name (:data:`TRAIN_STATS`)."""
+        loss, stats = self.loss_and_stats(batch)
+        return loss, dict(zip(TRAIN_STATS, stats.unbind()))
+
+    def loss_and_stats(self, batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`loss` with its statistics as one detached vector ``[len(TRAIN_STATS)]``.
+
+        On CPU with the C kernels the whole loss is one autograd node of one C call each way
+        (:mod:`~sun_lightning.losses.q_loss_native`); elsewhere :meth:`td_targets` and ``F.huber_loss``
+        (the reference; the same maths).
+        """
+        hp = self.hparams
+        if hp.native_rows:
+            states, goals = batch[keys.STATES], batch[keys.GOALS]
+            x_s, x_g = self.q.encode(states, goals)
+            if self.q.uses_native_rows(x_s, x_g) and batch[keys.ACTION].device.type == "cpu":
+                with torch.no_grad():
+                    xt = self.q_target.encode(states, goals)
+                return q_loss_native.q_loss(
+                    x_s, x_g, *xt, self.q.native_params(), self.q_target.native_params(), self.q.native_config(True),
+                    batch, hp.gamma, hp.lam, hp.bootstrap_clip, 1.0 - hp.gamma, hp.huber_delta)
+        return self.td_loss(batch)
+
+    def td_loss(self, batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`loss_and_stats` from :meth:`td_targets` and ``F.huber_loss``: the reference, and the path off the C kernels."""
         q_taken, target, cont = self.td_targets(batch)
         loss = F.huber_loss(q_taken, target, delta=self.hparams.huber_delta)
-        stats = {
-            "train/loss/td": loss.detach(),
-            "train/q/taken": q_taken.detach().mean(),
-            "train/q/target": target.mean(),
-            "train/trace/continue": cont.float().mean(),
-        }
-        return loss, stats
+        return loss, torch.stack([loss.detach(), q_taken.detach().mean(), target.mean(), cont.float().mean()])
 
     def td_targets(
         self, batch: TensorDict, q_fn: QFunction | None = None, q_target_fn: QFunction | None = None
@@ -217,7 +239,7 @@ class DQNSVF(SVFModule):
 
     def update(self, batch: TensorDict) -> None:
         """One learner update: loss, backward, clipped AdamW step (:class:`ClippedAdamW`), Polyak step of the target."""
-        loss, stats = self.loss(batch)
+        loss, stats = self.loss_and_stats(batch)
         opt = self.optimizers()
         opt.zero_grad(set_to_none=True)
         self.manual_backward(loss)
@@ -232,17 +254,16 @@ class DQNSVF(SVFModule):
         pairs = self._polyak_pairs
         if pairs is None:  # listing both networks' parameters cost more than the lerp itself
             pairs = self._polyak_pairs = (list(self.q_target.parameters()), list(self.q.parameters()))
-        torch._foreach_lerp_(*pairs, self.hparams.tau)
+        polyak_(*pairs, self.hparams.tau)
 
-    def _accumulate(self, stats: dict[str, torch.Tensor]) -> None:
-        for name, value in stats.items():
-            self._stats[name] = self._stats.get(name, 0.0) + value
+    def _accumulate(self, stats: torch.Tensor) -> None:
+        self._stats = stats.clone() if self._stats is None else self._stats.add_(stats)
         self._stat_updates += 1
 
     def pop_train_metrics(self) -> dict[str, float]:
         if not self._stat_updates:
             return {}
-        out = {name: float(value) / self._stat_updates for name, value in self._stats.items()}
+        out = {name: value / self._stat_updates for name, value in zip(TRAIN_STATS, self._stats.tolist())}
         out["train/updates/total"] = float(self.updates)
-        self._stats, self._stat_updates = {}, 0
+        self._stats, self._stat_updates = None, 0
         return out

@@ -210,9 +210,9 @@ class EnsembleDQNSVF(DQNSVF):
         out[order] = q.flatten(0, 1)[slot]
         return out if goal_action is None else _at_goal_action(out, goal_action)
 
-    def loss(self, batch: TensorDict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss_and_stats(self, batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
         """Σ_e of member e's mean Huber loss on its own batch; statistics are member averages."""
-        loss, stats = super().loss(batch)
+        loss, stats = self.td_loss(batch)
         # DQNSVF.loss averages over all E·N·T rows, i.e. (1/E) Σ_e L_e: scaled
         # back, each member's gradient is exactly that of its own loss.
         return loss * self.ensemble_size, stats

@@ -171,8 +171,8 @@ class GoalQNetwork(nn.Module):
                 then runs once per distinct input and its features are gathered.
             goal_action: the goal action of each row ``[...]``: returns Q(s, ·, g_s, g_a).
         """
-        x_s, x_g = self.obs_encoder(obs), self.goal_encoder(goal)
-        if self._use_native_rows(x_s, x_g):
+        x_s, x_g = self.encode(obs, goal)
+        if self.uses_native_rows(x_s, x_g):
             return q_forward(x_s, x_g, self.native_params(), self.native_config(dropout), obs_index, goal_index,
                              goal_action)
         f_s, f_g = self.state_branch(x_s, dropout), self.goal_branch(x_g, dropout)
@@ -199,6 +199,10 @@ class GoalQNetwork(nn.Module):
             return q
         return q.gather(-1, goal_action.long()[..., None, None].expand(*q.shape[:-1], 1)).squeeze(-1)
 
+    def encode(self, obs: torch.Tensor, goal: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """φ(s) and φ(g_s), the inputs of the two branches (SPEC §5c)."""
+        return self.obs_encoder(obs), self.goal_encoder(goal)
+
     def native_params(self) -> QParams:
         """The weights in the order of the C row kernels (:mod:`~sun_lightning.networks.rows`)."""
         ln1, _, lin2, ln2, _, lin3 = self.head
@@ -217,8 +221,9 @@ class GoalQNetwork(nn.Module):
         seeds = tuple(torch.randint(0, 2**62, (2,)).tolist())
         return QConfig(eps, act.negative_slope, self.maxout.pieces, threshold, 1.0 / (1.0 - p), seeds)
 
-    def _use_native_rows(self, x_s: torch.Tensor, x_g: torch.Tensor) -> bool:
-        """Whether the C path applies: 2-D float32 CPU tables, not under ``vmap``, library built."""
+    def uses_native_rows(self, x_s: torch.Tensor, x_g: torch.Tensor) -> bool:
+        """Whether the C path serves encoded tables ``x_s``, ``x_g`` (:meth:`encode`): 2-D float32 CPU
+        tables, not under ``vmap``, library built."""
         return (
             self.native_rows
             and x_s.dim() == 2

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import math
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -30,16 +31,15 @@ from typing import NamedTuple
 import torch
 from torch.autograd.function import once_differentiable
 
-from sun_lightning.native import NativeError, NativeLibrary
+from sun_lightning.native import NativeError, NativeLibrary, simd_flags
 
-__all__ = ["QConfig", "QParams", "branch_forward", "gemm_shapes", "gemm_time", "native_rows_available", "q_forward"]
+__all__ = ["QConfig", "QParams", "branch_forward", "gemm_shapes", "gemm_time", "give_buffer", "native_rows_available",
+           "network_dims", "param_pointers", "q_forward", "scratch_buffer", "split_grads", "take_buffer"]
 
 _p, _int, _i64, _u64, _f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float
 _f64 = ctypes.c_double
-# Selects compile to blends only without trapping math; AVX2 where PyTorch itself uses it
-# (the flags name the cached build, so machines sharing a cache never load each other's).
-_FLAGS = ("-fno-trapping-math", "-fno-math-errno") + (
-    ("-mavx2",) if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") else ())
+# Selects compile to blends only without trapping math; AVX2 where PyTorch itself uses it.
+_FLAGS = ("-fno-trapping-math", "-fno-math-errno", *simd_flags())
 # Threads only where they are PyTorch's own: a process holds one libgomp (soname libgomp.so.1, which
 # torch has loaded), so the kernels' loops run on torch's OpenMP threads. A second OpenMP runtime
 # would spin against torch's on the same cores (a pthread version measured slower for that reason).
@@ -65,9 +65,15 @@ def _init(lib: ctypes.CDLL) -> None:
     lib.rows_set_gemm(_torch_sgemm())
 
 
+_LOSSES = Path(__file__).parent.parent / "losses"
 LIBRARY = NativeLibrary(
     Path(__file__).with_name("_rows.c"),
     {
+        # the DQN variant's loss over this network (losses/_q_loss.c, losses/q_loss_native.py)
+        "q_loss_workspace": ([_p, _int], _i64),
+        "q_loss_forward": ([_p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _f32, _p, _int, _f32, _p,
+                            _p, _p, _p, _p, _p, _p, _p], _int),
+        "q_loss_backward": ([_p, _i64, _p, _p, _p, _p, _f32, _p, _int, _f32, _p, _p, _f32, _p, _p, _p, _p], _int),
         "rows_set_gemm": ([_p], None),
         "rows_gemm_time": ([ctypes.POINTER(_f64), ctypes.POINTER(_i64), _int], None),
         "rows_gemm_log": ([_int, _p], _int),
@@ -82,6 +88,7 @@ LIBRARY = NativeLibrary(
     _FLAGS,
     _OPENMP,
     _init,
+    (_LOSSES / "_watkins.c", _LOSSES / "_q_loss.c"),
 )
 
 
@@ -153,6 +160,69 @@ class QConfig:
     seeds: tuple[int, int] = (0, 0)
 
 
+def network_dims(x_s: torch.Tensor, x_g: torch.Tensor, p: QParams, pieces: int) -> tuple[int, ...]:
+    """``(U_s, U_g, D_s, D_g, W, pieces, |A|², |A|)`` of an evaluation of Q on tables ``x_s``, ``x_g``, the C
+    kernels' dimensions (all but the row count), after checking that the weights fit the tables.
+
+    Raises:
+        ValueError: weights that are not contiguous float32 or whose shapes do not fit (the C code would
+            read past them).
+    """
+    if not all(t.is_contiguous() and t.dtype == torch.float32 for t in p):
+        raise ValueError("the C path of Q needs contiguous float32 weights")
+    w, a2 = p.w2.shape[0], p.w3.shape[0]
+    num_actions = math.isqrt(a2)
+    expected = QParams((w, x_s.shape[1]), (w,), (w, x_g.shape[1]), (w,), (pieces * w, 3 * w), (w,), (w, w), (w,),
+                       (a2, w), (a2,))
+    if num_actions**2 != a2 or any(tuple(t.shape) != e for t, e in zip(p, expected)):
+        raise ValueError(f"weights of shapes {[tuple(t.shape) for t in p]} do not fit tables of {x_s.shape[1]} and "
+                         f"{x_g.shape[1]} features ({pieces} maxout pieces); expected {list(expected)}")
+    return x_s.shape[0], x_g.shape[0], x_s.shape[1], x_g.shape[1], w, pieces, a2, num_actions
+
+
+def param_pointers(p: QParams) -> ctypes.Array:
+    """The weights' addresses in the kernels' order (``QParams``')."""
+    return (_p * 10)(*(t.data_ptr() for t in p))
+
+
+class _Buffers(threading.local):
+    """Float32 buffers of the C calls, reused across calls and updates (one set per thread: ctypes releases
+    the GIL during a call). Fresh multi-MB allocations come from the kernel as untouched pages, whose
+    first writes cost twice the writes themselves here (page faults): ~1.5 ms per update when each call
+    allocated its own."""
+
+    def __init__(self) -> None:
+        self.scratch: torch.Tensor | None = None
+        self.pool: list[torch.Tensor] = []
+
+
+_BUFFERS = _Buffers()
+_POOL_SIZE = 8  # workspaces kept for reuse (an ensemble update holds one per member until its backward)
+
+
+def scratch_buffer(floats: int) -> torch.Tensor:
+    """A buffer of at least ``floats`` floats whose contents live only until the next call of this function."""
+    buf = _BUFFERS.scratch
+    if buf is None or buf.numel() < floats:
+        buf = _BUFFERS.scratch = torch.empty(floats, dtype=torch.float32)
+    return buf
+
+
+def take_buffer(floats: int) -> torch.Tensor:
+    """A buffer of at least ``floats`` floats owned by the caller until it hands it back (:func:`give_buffer`)."""
+    pool = _BUFFERS.pool
+    for i, buf in enumerate(pool):
+        if buf.numel() >= floats:
+            return pool.pop(i)
+    return torch.empty(floats, dtype=torch.float32)  # the C side reads floats whatever the default dtype
+
+
+def give_buffer(buf: torch.Tensor) -> None:
+    """Return a buffer of :func:`take_buffer` for reuse; nothing may read or write it afterwards."""
+    if len(_BUFFERS.pool) < _POOL_SIZE:
+        _BUFFERS.pool.append(buf)
+
+
 class _Call:
     """The C arguments of one evaluation of Q, kept by the autograd node for its backward."""
 
@@ -161,18 +231,10 @@ class _Call:
 
     def __init__(self, x_s, x_g, p: QParams, oi, gi, ga, cfg: QConfig) -> None:
         rows = oi.numel() if oi is not None else gi.numel() if gi is not None else x_s.shape[0]
-        self.rows, self.num_actions = rows, math.isqrt(p.w3.shape[0])
-        if not all(t.is_contiguous() and t.dtype == torch.float32 for t in p):
-            raise ValueError("the C path of Q needs contiguous float32 weights")
-        w, a2 = p.w2.shape[0], p.w3.shape[0]
-        expected = QParams((w, x_s.shape[1]), (w,), (w, x_g.shape[1]), (w,), (cfg.pieces * w, 3 * w), (w,), (w, w), (w,),
-                           (a2, w), (a2,))
-        if self.num_actions**2 != a2 or any(tuple(t.shape) != e for t, e in zip(p, expected)):
-            raise ValueError(f"weights of shapes {[tuple(t.shape) for t in p]} do not fit tables of {x_s.shape[1]} and "
-                             f"{x_g.shape[1]} features ({cfg.pieces} maxout pieces); expected {list(expected)}")
-        self.dims = (_i64 * 9)(x_s.shape[0], x_g.shape[0], x_s.shape[1], x_g.shape[1], rows, w, cfg.pieces, a2,
-                               self.num_actions)
-        self.params = (_p * 10)(*(t.data_ptr() for t in p))
+        us, ug, ds, dg, w, pieces, a2, self.num_actions = network_dims(x_s, x_g, p, cfg.pieces)
+        self.rows = rows
+        self.dims = (_i64 * 9)(us, ug, ds, dg, rows, w, pieces, a2, self.num_actions)
+        self.params = param_pointers(p)
         self.eps, self.seeds, self.cfg = (_f32 * 4)(*cfg.eps), (_u64 * 2)(*cfg.seeds), cfg
         self.x_s, self.x_g, self.oi, self.gi, self.ga = x_s, x_g, oi, gi, ga
         self.workspace: torch.Tensor | None = None
@@ -181,7 +243,7 @@ class _Call:
         """``[R, |A|]`` at the goal actions, or ``[R, |A|²]``; with ``save`` the workspace keeps what the backward needs."""
         lib, cfg = LIBRARY.load(), self.cfg
         size = lib.q_workspace(self.dims, 0)
-        ws = torch.empty(size, dtype=torch.float32)  # the C side reads floats whatever the default dtype
+        ws = take_buffer(size) if save else scratch_buffer(size)
         sel = ws.new_empty(self.rows, self.num_actions) if self.ga is not None else None
         status = lib.q_net_forward(self.dims, self.x_s.data_ptr(), self.x_g.data_ptr(), self.params, _ptr(self.oi),
                                    _ptr(self.gi), _ptr(self.ga), self.eps, cfg.slope, self.seeds, cfg.threshold,
@@ -197,7 +259,7 @@ class _Call:
         if sel is not None:
             return sel
         width = self.num_actions**2
-        return ws[size - self.rows * width:].view(self.rows, width)  # the layout's last block
+        return ws[size - self.rows * width:size].view(self.rows, width).clone()  # the layout's last block
 
     def backward(self, grad: torch.Tensor, params: QParams, need_inputs) -> tuple:
         """Gradients of :meth:`forward`'s output: the encoded tables' (where ``need_inputs``) and ``QParams``'."""
@@ -205,14 +267,20 @@ class _Call:
         flat = grad.new_empty(sum(t.numel() for t in params))
         g_x_s = torch.empty_like(self.x_s) if need_inputs[0] else None
         g_x_g = torch.empty_like(self.x_g) if need_inputs[1] else None
-        tmp = torch.empty(lib.q_workspace(self.dims, 1), dtype=torch.float32)
+        tmp = scratch_buffer(lib.q_workspace(self.dims, 1))
         status = lib.q_net_backward(self.dims, self.x_s.data_ptr(), self.x_g.data_ptr(), self.params, _ptr(self.oi),
                                     _ptr(self.gi), _ptr(self.ga), cfg.slope, self.seeds, cfg.threshold, cfg.keep_scale,
                                     self.workspace.data_ptr(), grad.contiguous().data_ptr(), tmp.data_ptr(),
                                     flat.data_ptr(), _ptr(g_x_s), _ptr(g_x_g))
         _checked(status)
-        grads = QParams(*(g.view_as(t) for g, t in zip(flat.split([t.numel() for t in params]), params)))
-        return g_x_s, g_x_g, grads
+        give_buffer(self.workspace)
+        self.workspace = None
+        return g_x_s, g_x_g, split_grads(flat, params)
+
+
+def split_grads(flat: torch.Tensor, params: QParams) -> QParams:
+    """The weights' gradients as views of the kernels' flat gradient (QParams' order and shapes)."""
+    return QParams(*(g.view_as(t) for g, t in zip(flat.split([t.numel() for t in params]), params)))
 
 
 class _Q(torch.autograd.Function):
@@ -231,7 +299,7 @@ class _Q(torch.autograd.Function):
     def backward(ctx, grad):
         x_s, x_g, *params = ctx.saved_tensors
         g_x_s, g_x_g, g_params = ctx.call.backward(grad, QParams(*params), ctx.needs_input_grad[:2])
-        ctx.call = None  # frees the workspace
+        ctx.call = None
         return (g_x_s, g_x_g, None, None, None, None, *g_params)
 
 

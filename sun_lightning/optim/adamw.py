@@ -7,7 +7,8 @@ small ops and Python bookkeeping), a tenth of the update. :class:`ClippedAdamW` 
 ``torch.optim.AdamW`` (same hyperparameters, same state, so checkpoints load either way) whose
 ``step`` first scales the gradients to a global norm of at most ``max_grad_norm``, exactly as
 ``torch.nn.utils.clip_grad_norm_``; on CPU float32 tensors both run in ``_adamw.c`` (two passes
-in all), elsewhere (GPU, other dtypes, no compiler) through torch's own functions.
+in all, the step counters and bias corrections included), elsewhere (GPU, other dtypes, no
+compiler) through torch's own functions.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from sun_lightning.native import NativeLibrary
+from sun_lightning.native import NativeLibrary, simd_flags
 
 __all__ = ["ClippedAdamW"]
 
@@ -28,12 +29,40 @@ LIBRARY = NativeLibrary(
     Path(__file__).with_name("_adamw.c"),
     {
         "sq_norm": ([_i64, _p, _p], _f64),
-        "adamw_step": ([_i64, _p, _p, _p, _p, _p, _p, _p, _f32, _f32, _f32, _f32, _f32, _f32], None),
+        "adamw_step": ([_i64, _p, _p, _p, _p, _p, _p, _f64, _f64, _f64, _f32, _f32, _f32], None),
+        "lerp_tensors": ([_i64, _p, _p, _p, _f32], None),
     },
     "ClippedAdamW's CPU step (_adamw.c)",
     # sqrtf inlined (no errno) so that the step's loop vectorizes: ~10x faster than libm calls
-    ("-fno-math-errno", "-fno-trapping-math"),
+    ("-fno-math-errno", "-fno-trapping-math", *simd_flags()),
 )
+
+
+def pointers(tensors: list[torch.Tensor]) -> ctypes.Array:
+    """The tensors' data addresses as a C array."""
+    return (_p * len(tensors))(*[t.data_ptr() for t in tensors])
+
+
+def sizes(tensors: list[torch.Tensor]) -> ctypes.Array:
+    """The tensors' element counts as a C array."""
+    return (_i64 * len(tensors))(*[t.numel() for t in tensors])
+
+
+def native_tensors(tensors: Iterable[torch.Tensor]) -> bool:
+    """Whether the C passes serve these tensors: contiguous float32 dense CPU tensors."""
+    return all(t.device.type == "cpu" and t.dtype == torch.float32 and t.layout == torch.strided and t.is_contiguous()
+               for t in tensors)
+
+
+class _Group:
+    """One parameter group's C arguments: everything but the gradients, which are new every step."""
+
+    def __init__(self, group: dict, params: list[torch.Tensor], states: list[dict]) -> None:
+        self.group, self.params = group, params
+        self.numel, self.param_ptrs = sizes(params), pointers(params)
+        self.exp_avg = pointers([s["exp_avg"] for s in states])
+        self.exp_avg_sq = pointers([s["exp_avg_sq"] for s in states])
+        self.steps = pointers([s["step"] for s in states])
 
 
 class ClippedAdamW(torch.optim.AdamW):
@@ -63,13 +92,24 @@ class ClippedAdamW(torch.optim.AdamW):
             raise ValueError(f"max_grad_norm must be positive, got {max_grad_norm}")
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         self.max_grad_norm = max_grad_norm
+        self._groups: list[_Group] | None = None  # the C arguments of the last step's parameters
 
-    def _native(self, params: list[torch.Tensor]) -> bool:
-        return all(
-            p.device.type == "cpu" and p.dtype == torch.float32 and p.is_contiguous() and p.grad.is_contiguous()
-            and not p.grad.is_sparse and p.grad.dtype == torch.float32 for p in params
-        ) and not any(g["amsgrad"] or g["maximize"] or g["capturable"] or g["differentiable"] for g in self.param_groups
-                      ) and LIBRARY.available("ClippedAdamW falls back to torch's clip_grad_norm_ and AdamW.")
+    # Anything that may replace parameters or state tensors drops the cached addresses.
+    def add_param_group(self, param_group: dict) -> None:
+        super().add_param_group(param_group)
+        self._groups = None
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        self._groups = None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop the gradients (``set_to_none``, the default) without torch's per-call bookkeeping, or zero them."""
+        if not set_to_none:
+            return super().zero_grad(set_to_none=False)
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.grad = None
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -77,49 +117,59 @@ class ClippedAdamW(torch.optim.AdamW):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        params = [p for group in self.param_groups for p in group["params"] if p.grad is not None]
-        if not params:
-            return loss
-        if not self._native(params):
-            if self.max_grad_norm is not None:
+        groups = self._native_groups()
+        if groups is None:
+            params = [p for group in self.param_groups for p in group["params"] if p.grad is not None]
+            if params and self.max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
             super().step()
             return loss
         lib = LIBRARY.load()
-        # Per group: its parameters with a gradient, their sizes and gradient pointers (shared by both passes).
-        groups = []
-        for group in self.param_groups:
-            ps = [p for p in group["params"] if p.grad is not None]
-            if ps:
-                n = len(ps)
-                groups.append((group, ps, (_i64 * n)(*(p.numel() for p in ps)), (_p * n)(*(p.grad.data_ptr() for p in ps))))
+        grads = [pointers([p.grad for p in g.params]) for g in groups]
         coef = 1.0
         if self.max_grad_norm is not None:
-            norm = math.sqrt(sum(lib.sq_norm(len(ps), numel, grads) for _, ps, numel, grads in groups))
+            norm = math.sqrt(sum(lib.sq_norm(len(g.params), g.numel, ptrs) for g, ptrs in zip(groups, grads)))
             coef = min(1.0, self.max_grad_norm / (norm + 1e-6))
-        for group, ps, numel, grads in groups:
-            self._native_group(lib, group, ps, numel, grads, coef)
+        for g, ptrs in zip(groups, grads):
+            group = g.group
+            beta1, beta2 = group["betas"]
+            lr = group["lr"]
+            lr = float(lr) if not isinstance(lr, torch.Tensor) else float(lr.item())
+            lib.adamw_step(len(g.params), g.numel, g.param_ptrs, ptrs, g.exp_avg, g.exp_avg_sq, g.steps, lr, beta1,
+                           beta2, coef, 1.0 - lr * group["weight_decay"], group["eps"])
         return loss
 
-    def _native_group(self, lib: ctypes.CDLL, group: dict, params: list[torch.Tensor], numel, grads, coef: float) -> None:
-        beta1, beta2 = group["betas"]
-        lr = group["lr"]
-        lr = float(lr) if not isinstance(lr, torch.Tensor) else float(lr.item())
-        states = []
-        for p in params:
-            state = self.state[p]
-            if not state:  # torch.optim.AdamW's lazy initialization (non-capturable, non-fused)
-                state["step"] = torch.tensor(0.0, dtype=torch.float32)
-                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            states.append(state)
-        steps = [s["step"] for s in states]
-        torch._foreach_add_(steps, 1.0)
-        counts = torch.stack(steps).tolist()
-        n = len(params)
-        param_ptrs, exp_avg, exp_avg_sq = ((_p * n)(*(t.data_ptr() for t in ts)) for ts in (
-            params, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]))
-        step_size = (_f32 * n)(*(lr / (1.0 - beta1**c) for c in counts))
-        bc2_sqrt = (_f32 * n)(*(math.sqrt(1.0 - beta2**c) for c in counts))
-        lib.adamw_step(n, numel, param_ptrs, grads, exp_avg, exp_avg_sq, step_size, bc2_sqrt, coef,
-                       1.0 - lr * group["weight_decay"], 1.0 - beta1, beta2, 1.0 - beta2, group["eps"])
+    def _native_groups(self) -> list[_Group] | None:
+        """The groups' C arguments for this step's parameters with a gradient, or None where torch's path runs."""
+        with_grad = [[p for p in group["params"] if p.grad is not None] for group in self.param_groups]
+        groups = self._groups
+        cached = [p for g in groups for p in g.params] if groups is not None else None
+        current = [p for ps in with_grad for p in ps]
+        if cached is None or len(cached) != len(current) or any(a is not b for a, b in zip(cached, current)):
+            groups = self._groups = self._build_groups(with_grad)
+        if groups is None or not native_tensors(p.grad for g in groups for p in g.params):
+            return None
+        return groups
+
+    def _build_groups(self, with_grad: list[list[torch.Tensor]]) -> list[_Group] | None:
+        flags = ("amsgrad", "maximize", "capturable", "differentiable", "foreach", "fused")
+        if any(group.get(f) for group in self.param_groups for f in flags) or not native_tensors(
+                p for ps in with_grad for p in ps) or not LIBRARY.available(
+                "ClippedAdamW falls back to torch's clip_grad_norm_ and AdamW."):
+            return None
+        out = []
+        for group, params in zip(self.param_groups, with_grad):
+            if not params:
+                continue
+            states = []
+            for p in params:
+                state = self.state[p]
+                if not state:  # torch.optim.AdamW's lazy initialization (non-capturable, non-fused)
+                    state["step"] = torch.tensor(0.0, dtype=torch.float32)
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                states.append(state)
+            if not native_tensors(t for s in states for t in (s["step"], s["exp_avg"], s["exp_avg_sq"])):
+                return None
+            out.append(_Group(group, params, states))
+        return out

@@ -1,0 +1,128 @@
+"""The DQN variant's loss as one C call each way (``losses/q_loss_native.py``) against the reference
+``DQNSVF.td_loss`` (``td_targets`` + ``F.huber_loss``): loss, statistics and every gradient."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+import sun_lightning.envs  # noqa: F401
+from sun_lightning import keys
+from sun_lightning.agents.dqn import TRAIN_STATS, DQNSVF
+from sun_lightning.envs.registry import goal_space
+
+FOUR_ROOM = goal_space("sun_lightning/FourRoomStuck-v0")
+MOUNTAIN_CAR = goal_space("sun_lightning/MountainCar-v0")
+
+
+def random_batch(space, n: int, t: int, seed: int, states: int = 40, goals: int = 30) -> TensorDict:
+    """Tables of random inputs and [n, t] rows indexing them, with random rewards and episode ends."""
+    g = torch.Generator().manual_seed(seed)
+    if space.exact_counts:  # one-hot tiles, as the gridworlds store them
+        state_table = torch.eye(space.obs_dim)[torch.randint(space.obs_dim, (states,), generator=g)]
+        goal_table = torch.eye(space.goal_dim)[torch.randint(space.goal_dim, (goals,), generator=g)]
+    else:
+        state_table, goal_table = torch.randn(states, space.obs_dim, generator=g), torch.randn(goals, space.goal_dim, generator=g)
+    a = space.num_actions
+    return TensorDict({
+        keys.STATES: state_table,
+        keys.GOALS: goal_table,
+        keys.STATE_INDEX: torch.randint(states, (n, t), generator=g),
+        keys.NEXT_STATE_INDEX: torch.randint(states, (n, t), generator=g),
+        keys.GOAL_INDEX: torch.randint(goals, (n, t), generator=g),
+        keys.ACTION: torch.randint(a, (n, t), generator=g),
+        keys.GOAL_ACTION: torch.randint(a, (n, t), generator=g),
+        keys.REWARD: (torch.rand(n, t, generator=g) < 0.2).float(),
+        keys.TERMINATED: torch.rand(n, t, generator=g) < 0.05,
+        keys.EPISODE_END: torch.rand(n, t, generator=g) < 0.15,
+    }, batch_size=[])
+
+
+def learner(space, seed: int, **kwargs) -> DQNSVF:
+    torch.manual_seed(seed)
+    module = DQNSVF(space, init_std=0.3, **kwargs)
+    with torch.no_grad():  # a target network apart from the online one: Double DQN's split matters
+        for p in module.q_target.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    if module.obs_stats is not None:  # RBF encoders: standardize with the tables' statistics
+        module.observe(torch.randn(500, space.obs_dim))
+    return module
+
+
+def loss_and_grads(module: DQNSVF, batch: TensorDict, fused: bool, seed: int, scale: float = 1.0):
+    module.zero_grad(set_to_none=True)
+    torch.manual_seed(seed)  # the same dropout seeds for both paths
+    loss, stats = module.loss_and_stats(batch) if fused else module.td_loss(batch)
+    (loss * scale).backward()
+    return loss.detach(), stats, {name: p.grad.clone() for name, p in module.q.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("space", [FOUR_ROOM, MOUNTAIN_CAR], ids=["one-hot", "rbf"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_fused_loss_matches_td_targets_and_huber(space, seed):
+    module = learner(space, seed)
+    batch = random_batch(space, 12, 9, seed)
+    loss, stats, grads = loss_and_grads(module, batch, True, seed)
+    ref_loss, ref_stats, ref_grads = loss_and_grads(module, batch, False, seed)
+    assert loss.dim() == 0 and stats.shape == (len(TRAIN_STATS),) and not stats.requires_grad
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(stats, ref_stats, rtol=1e-6, atol=1e-7)
+    assert 0.0 < float(stats[3]) < 1.0  # some traces continue, some are cut: both branches ran
+    assert grads.keys() == ref_grads.keys()
+    if not space.exact_counts:  # the RBF encoders' centres and bandwidths learn through the tables
+        assert any(name.startswith(("obs_encoder", "goal_encoder")) for name in grads)
+    for name, g in ref_grads.items():
+        assert g.abs().max() > 0, name
+        torch.testing.assert_close(grads[name], g, rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_gradient_scales_with_the_output_gradient():
+    module = learner(FOUR_ROOM, 0)
+    batch = random_batch(FOUR_ROOM, 8, 16, 3)
+    _, _, one = loss_and_grads(module, batch, True, 0)
+    _, _, three = loss_and_grads(module, batch, True, 0, scale=3.0)
+    for name, g in one.items():  # equal but for rounding (sums with cancellation): within 1e-6 of the largest entry
+        torch.testing.assert_close(three[name], 3.0 * g, rtol=1e-5, atol=3e-6 * float(g.abs().max()))
+
+
+def test_huber_branches_and_no_bootstrap_clip():
+    # A tiny δ puts every error beyond it (the linear branch); no clip lets bootstraps above 1 through.
+    for kwargs in ({"huber_delta": 1e-4}, {"bootstrap_clip": None}):
+        module = learner(FOUR_ROOM, 1, **kwargs)
+        with torch.no_grad():
+            module.q_target.head[-1].bias.fill_(2.0)  # bootstraps of 2: clipped to 1 unless the clip is off
+        batch = random_batch(FOUR_ROOM, 6, 8, 2)
+        loss, stats, grads = loss_and_grads(module, batch, True, 0)
+        ref_loss, ref_stats, ref_grads = loss_and_grads(module, batch, False, 0)
+        torch.testing.assert_close(loss, ref_loss, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(stats, ref_stats, rtol=1e-6, atol=1e-7)
+        for name, g in ref_grads.items():
+            torch.testing.assert_close(grads[name], g, rtol=1e-5, atol=1e-7, msg=name)
+        if "bootstrap_clip" in kwargs:
+            assert float(stats[2]) > 1.0  # mean target above 1: the bootstrap was not clipped
+
+
+def test_without_grad_it_only_evaluates():
+    module = learner(FOUR_ROOM, 0)
+    batch = random_batch(FOUR_ROOM, 6, 8, 1)
+    torch.manual_seed(4)
+    with torch.no_grad():
+        loss, stats = module.loss_and_stats(batch)
+    torch.manual_seed(4)
+    ref, _ = module.td_loss(batch)
+    assert not loss.requires_grad
+    torch.testing.assert_close(loss, ref.detach(), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(stats[0], loss)
+
+
+def test_bad_batches_are_errors():
+    module = learner(FOUR_ROOM, 0)
+    batch = random_batch(FOUR_ROOM, 4, 5, 0)
+    batch[keys.ACTION][1, 2] = 4
+    with pytest.raises(IndexError, match="an action is outside"):
+        module.loss_and_stats(batch)
+    batch = random_batch(FOUR_ROOM, 4, 5, 0)
+    batch[keys.GOAL_INDEX][0, 0] = 30  # the goal table has 30 rows
+    with pytest.raises(IndexError, match="row index"):
+        module.loss_and_stats(batch)
