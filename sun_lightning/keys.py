@@ -25,6 +25,9 @@ GOAL_RESELECTED = "goal_reselected"  # selected other than at an episode start
 GOAL_REACHED = "goal_reached"        # the step leading here reached the goal
 GOAL_STEPS = "goal_steps"            # on the step reaching a goal: steps it took (else 0)
 RANDOM_PHASE = "random_phase"        # acting uniformly at random (episodic rules)
+# Q(s, ·, g_s, g_a) [B, |A|] of the state and goal, where the goal transform evaluated it this
+# step (NaN elsewhere): the policy acts on it instead of evaluating the network again.
+ACTION_VALUES = "action_values"
 
 # Learning batches (SPEC §5a): the distinct states and goals of a batch are
 # stored once, as tables, and the [groups, T] rows index into them, so the

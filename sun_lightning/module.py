@@ -46,6 +46,13 @@ class SVFModule(pl.LightningModule):
         """V(s, g) for ``obs [B, D]`` and candidates ``goal [B, K, G]``: ``[B, K]`` (``[E, B, K]`` for ensembles)."""
         raise NotImplementedError
 
+    def goal_and_action_values(
+        self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`goal_values`, and the values :meth:`act` would read for acting towards each candidate
+        ``[B, K, |A|]`` from the same evaluation (``None`` where the learner has none, e.g. continuous actions)."""
+        return self.goal_values(obs, goal, goal_action), None
+
     def pop_train_metrics(self) -> dict[str, float]:
         """Means of the training statistics since the last call (``train/...`` names)."""
         return {}

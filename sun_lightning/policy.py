@@ -23,7 +23,7 @@ class EpsilonGreedyPolicy(TensorDictModuleBase):
         use_goals: False for rules that never act on goals.
     """
 
-    in_keys = [keys.OBS, keys.GOAL, keys.GOAL_ACTION, keys.RANDOM_PHASE]
+    in_keys = [keys.OBS, keys.GOAL, keys.GOAL_ACTION, keys.RANDOM_PHASE, keys.ACTION_VALUES]
     out_keys = [keys.ACTION]
 
     def __init__(self, learner, num_actions: int, epsilon: float = 0.1, use_goals: bool = True) -> None:
@@ -40,11 +40,15 @@ class EpsilonGreedyPolicy(TensorDictModuleBase):
         if self.warmup or not self.use_goals:
             tensordict[keys.ACTION] = action
             return tensordict
-        learner = self._refs["learner"]
-        device = learner.device
-        greedy = learner.act(
-            tensordict[keys.OBS].to(device), tensordict[keys.GOAL].to(device), tensordict[keys.GOAL_ACTION].to(device)
-        ).cpu()
         explore = (torch.rand(batch) < self.epsilon) | tensordict[keys.RANDOM_PHASE].reshape(batch)
+        values = tensordict.get(keys.ACTION_VALUES, None)
+        if values is not None and not values.isnan().any(-1).reshape(batch).logical_and_(~explore).any():
+            greedy = values.argmax(-1)  # the goal transform's evaluation of this state and goal
+        else:
+            learner = self._refs["learner"]
+            device = learner.device
+            greedy = learner.act(
+                tensordict[keys.OBS].to(device), tensordict[keys.GOAL].to(device), tensordict[keys.GOAL_ACTION].to(device)
+            ).cpu()
         tensordict[keys.ACTION] = torch.where(explore, action, greedy)
         return tensordict

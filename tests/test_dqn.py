@@ -202,3 +202,16 @@ def test_table_forward_gradients_equal_the_concatenation_architecture():
     for name, p in net.named_parameters():
         # two float32 computation orders (and the kernels' polynomial exp): 1e-5 relative
         torch.testing.assert_close(fast[name], p.grad, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_goal_values_come_with_the_acting_values_of_each_candidate():
+    torch.manual_seed(0)
+    module = DQNSVF(SPACE, init_std=0.3)
+    obs, goal = torch.randn(3, SPACE.obs_dim), torch.randn(3, 5, SPACE.goal_dim)
+    goal_action = torch.randint(0, 4, (3, 5))
+    values, acting = module.goal_and_action_values(obs, goal, goal_action)
+    assert values.shape == (3, 5) and acting.shape == (3, 5, 4)
+    torch.testing.assert_close(values, module.goal_values(obs, goal, goal_action))
+    torch.testing.assert_close(values, acting.amax(-1))
+    for k in range(5):  # what act() would read for candidate k
+        torch.testing.assert_close(acting[:, k], module.action_values(obs, goal[:, k], goal_action[:, k]))

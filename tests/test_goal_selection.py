@@ -136,3 +136,57 @@ def test_reach_rules():
     assert goal_reached(car, achieved, action, goal, goal_action, scale, index, index.flip(0)).tolist() == [True, False, True, False]
     with pytest.raises(ValueError, match="scale"):
         goal_reached(car, achieved, action, goal, goal_action)
+
+
+class TableQLearner(TableLearner):
+    """Q(s, a, g) = table[tile(s), tile(g)] · preference[a]: V is the table, the greedy action is 1."""
+
+    preference = torch.tensor([0.2, 1.0, 0.5, 0.3])
+
+    def __init__(self, num_tiles: int) -> None:
+        super().__init__(num_tiles)
+        self.acts = 0
+
+    def q(self, obs, goal):  # obs [B, D], goal [B, K, G] -> [B, K, A]
+        return self.table[obs.argmax(-1).unsqueeze(-1), goal.argmax(-1)].unsqueeze(-1) * self.preference
+
+    def goal_and_action_values(self, obs, goal, goal_action):
+        q = self.q(obs, goal)
+        return q.amax(-1), q
+
+    def act(self, obs, goal, goal_action):
+        self.acts += 1
+        return self.q(obs, goal.unsqueeze(1))[:, 0].argmax(-1)
+
+
+@pytest.mark.parametrize("num_envs", [1, 3])
+def test_the_policy_acts_on_the_values_the_rule_evaluated(num_envs, monkeypatch):
+    from sun_lightning.policy import EpsilonGreedyPolicy
+
+    storage = filled_storage([40, 40, 41, 41], [1, 1, 1, 1], num_envs=2)
+    all_candidates(storage, monkeypatch)
+    learner = TableQLearner(NUM_TILES)
+    learner.table[:, 40], learner.table[:, 41] = 0.6, 0.2
+    env, transform = goal_env(SUNAdaptive(), storage, learner, num_envs)
+    policy = EpsilonGreedyPolicy(learner, 4, epsilon=0.0)
+    policy.warmup = False
+    td = env.reset()  # selected at reset: the chosen candidate's scoring row
+    expected = learner.q(td[keys.OBS], td[keys.GOAL].unsqueeze(1))[:, 0]
+    torch.testing.assert_close(td[keys.ACTION_VALUES], expected)
+    for _ in range(3):  # kept goals: the adaptive check's row, at the new state
+        td = policy(td)
+        assert td[keys.ACTION].tolist() == [1] * num_envs and learner.acts == 0
+        nxt = env.step(td)["next"]
+        assert not nxt[keys.GOAL_SELECTED].any()
+        torch.testing.assert_close(nxt[keys.ACTION_VALUES], learner.q(nxt[keys.OBS], nxt[keys.GOAL].unsqueeze(1))[:, 0])
+        td = nxt
+    # Rules that evaluate nothing per step (episodic) leave NaN: the policy asks the learner.
+    from sun_lightning.goals.variants import SUNEpisodic
+
+    env, transform = goal_env(SUNEpisodic(num_candidates=4), storage, learner, num_envs)
+    td = env.reset()
+    td = policy(td)
+    nxt = env.step(td)["next"]
+    assert nxt[keys.ACTION_VALUES].isnan().all()
+    acts = learner.acts
+    assert policy(nxt)[keys.ACTION].tolist() == [1] * num_envs and learner.acts == acts + 1

@@ -115,13 +115,19 @@ class DQNSVF(SVFModule):
     def action_values(self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None) -> torch.Tensor:
         return self.q(obs, goal, goal_action=goal_action)  # [B, A]
 
-    @torch.no_grad()
     def goal_values(self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None) -> torch.Tensor:
+        return self.goal_and_action_values(obs, goal, goal_action)[0]
+
+    @torch.no_grad()
+    def goal_and_action_values(
+        self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """V(s, g) = max_a Q(s, a, g_s, g_a) ``[B, K]`` and Q(s, ·, g_s, g_a) ``[B, K, |A|]`` (SPEC §3)."""
         b, k = goal.shape[:2]
         # Each state's branch runs once for its K candidates.
         state_index = torch.arange(b, device=obs.device).repeat_interleave(k)
-        q = self.q(obs, goal.flatten(0, 1), obs_index=state_index, goal_action=goal_action.flatten())  # [B·K, A]
-        return q.view(b, k, -1).amax(-1)
+        q = self.q(obs, goal.flatten(0, 1), obs_index=state_index, goal_action=goal_action.flatten()).view(b, k, -1)
+        return q.amax(-1), q
 
     # ---- learning ---------------------------------------------------------------------
     def configure_optimizers(self) -> torch.optim.Optimizer:

@@ -31,7 +31,12 @@ class GoalSelectionTransform(Transform):
     new goal was drawn for that state), ``goal_reselected`` (drawn other than
     at an episode start), ``goal_reached`` (the step that led here reached the
     previous goal), ``goal_steps`` (steps spent on the goal when it was
-    reached), ``random_phase`` (acting uniformly until the episode ends).
+    reached), ``random_phase`` (acting uniformly until the episode ends), and
+    for discrete actions ``action_values``: Q(s, ·, g) of that state and goal
+    where the rule evaluated it this step (the adaptive check, or the scoring of
+    the chosen candidate), NaN elsewhere. The policy acts on these instead of
+    evaluating the network again, so that, as in Algorithm 1, the goal check,
+    the selection and the action of a step read the same network.
 
     Args:
         selector: the selection rule.
@@ -57,6 +62,8 @@ class GoalSelectionTransform(Transform):
         self.goal_steps = torch.zeros(b, dtype=torch.long)
         self.has_goal = torch.zeros(b, dtype=torch.bool)
         self.flags = {name: torch.zeros(b, dtype=torch.bool) for name in _FLAGS}
+        # Q(s, ·, g) of each env's current state and goal where evaluated this step (NaN: not evaluated).
+        self.action_values = torch.full((b, self.space.num_actions), torch.nan) if self.space.discrete else None
 
     @property
     def learner(self):
@@ -70,12 +77,16 @@ class GoalSelectionTransform(Transform):
         observation_spec[keys.GOAL_STEPS] = Bounded(0, 2**31 - 1, shape, dtype=torch.long)
         for name in _FLAGS:
             observation_spec[name] = Categorical(2, shape, dtype=torch.bool)
+        if self.action_values is not None:
+            observation_spec[keys.ACTION_VALUES] = Unbounded((*shape, self.space.num_actions), dtype=torch.float32)
         return observation_spec
 
     # ---- TorchRL hooks --------------------------------------------------------------------
     def _reset(self, tensordict: TensorDictBase | None, tensordict_reset: TensorDictBase) -> TensorDictBase:
         mask = self._reset_mask(tensordict, tensordict_reset)
         self.has_goal[mask] = False
+        if self.action_values is not None:
+            self.action_values[mask] = torch.nan
         for name in _FLAGS:
             self.flags[name][mask] = False
         self.goal_steps[mask] = 0
@@ -88,6 +99,8 @@ class GoalSelectionTransform(Transform):
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
         self.flags[keys.GOAL_SELECTED].zero_()
         self.flags[keys.GOAL_RESELECTED].zero_()
+        if self.action_values is not None:
+            self.action_values.fill_(torch.nan)
         if not (self.active and self.selector.uses_goals):
             self.flags[keys.GOAL_REACHED].zero_()
             return self._write(next_tensordict)
@@ -105,7 +118,11 @@ class GoalSelectionTransform(Transform):
         elif self.selector.per_step:
             drop = reached
         else:
-            value_now = self._current_values(next_tensordict[keys.OBS]) if self.selector.adaptive else None
+            value_now = None
+            if self.selector.adaptive:
+                value_now, acting = self._current_values(next_tensordict[keys.OBS])
+                if acting is not None:
+                    self.action_values.copy_(acting)  # those of envs whose goal changes are replaced below
             drop = had_goal & self.selector.should_reselect(reached, value_now, self.value_at_selection)
         self.has_goal.bitwise_and_(~drop)
         # Reported once, on the step that reached the goal.
@@ -143,7 +160,7 @@ class GoalSelectionTransform(Transform):
             if goal_actions is not None:
                 goal_actions = torch.cat([goal_actions, self.goal_action[envs, None]], 1)
             counts = torch.cat([counts, self.storage.counts(self.goal_index[envs, None])], 1)
-        values = self._values(obs[envs], goals, goal_actions)
+        values, acting = self._values(obs[envs], goals, goal_actions)
         scores = self.selector.score(values, counts)
         if incumbent is not None:
             scores[:, -1] = torch.where(incumbent[envs], scores[:, -1], -torch.inf)
@@ -161,18 +178,29 @@ class GoalSelectionTransform(Transform):
             self.goal_action[envs] = goal_actions[rows, best]
         chosen = values[..., rows, best]
         self.value_at_selection[envs] = chosen if chosen.dim() == 1 else chosen.mean(0)
+        if acting is not None:
+            self.action_values[envs] = acting[rows, best]
         self.has_goal[envs] = True
         self.goal_steps[envs] = 0
         self.flags[keys.GOAL_SELECTED][envs] = True
 
-    def _values(self, obs: torch.Tensor, goals: torch.Tensor, goal_actions: torch.Tensor | None) -> torch.Tensor:
+    def _values(
+        self, obs: torch.Tensor, goals: torch.Tensor, goal_actions: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """V(s, g) of candidates ``[B, K]`` (``[E, B, K]``) and the acting values towards each ``[B, K, |A|]`` (or None)."""
         learner = self.learner
         device = learner.device
         ga = goal_actions.to(device) if goal_actions is not None else None
-        return learner.goal_values(obs.to(device), goals.to(device), ga).cpu()
+        evaluate = getattr(learner, "goal_and_action_values", None)
+        if evaluate is None:  # a learner with goal values only
+            return learner.goal_values(obs.to(device), goals.to(device), ga).cpu(), None
+        values, acting = evaluate(obs.to(device), goals.to(device), ga)
+        return values.cpu(), None if acting is None else acting.cpu()
 
-    def _current_values(self, obs: torch.Tensor) -> torch.Tensor:
-        return self._values(obs, self.goal.unsqueeze(1), self.goal_action.unsqueeze(1)).squeeze(-1)
+    def _current_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """V(s, g) of each env's current goal ``[B]`` (``[E, B]``), and its acting values ``[B, |A|]`` (or None)."""
+        values, acting = self._values(obs, self.goal.unsqueeze(1), self.goal_action.unsqueeze(1))
+        return values.squeeze(-1), None if acting is None else acting.squeeze(1)
 
     def _write(self, td: TensorDictBase) -> TensorDictBase:
         td[keys.GOAL] = self.goal.clone()
@@ -180,6 +208,8 @@ class GoalSelectionTransform(Transform):
         td[keys.GOAL_STEPS] = torch.zeros_like(self.goal_steps)
         for name in _FLAGS:
             td[name] = self.flags[name].clone()
+        if self.action_values is not None:
+            td[keys.ACTION_VALUES] = self.action_values.clone()
         return td
 
     @staticmethod

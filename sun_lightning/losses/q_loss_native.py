@@ -63,7 +63,7 @@ class _LossCall:
                        batch[keys.TERMINATED].to(torch.bool).contiguous(), batch[keys.EPISODE_END].to(torch.bool).contiguous()]
         self.x_s, self.x_g, self.xt_s, self.xt_g = x_s, x_g, xt_s, xt_g
         self.cfg = cfg
-        self.eps, self.seeds = (_f32 * 4)(*cfg.eps), (_u64 * 2)(*cfg.seeds)
+        self.eps, self.seeds = cfg.c_eps, cfg.c_seeds
         self.hyper = (_f32 * 5)(*hyper)
         self.rows = None
         self.saved = self.row_index = self.grad_q = None

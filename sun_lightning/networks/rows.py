@@ -25,6 +25,7 @@ import math
 import sys
 import threading
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
 
@@ -159,6 +160,16 @@ class QConfig:
     keep_scale: float = 1.0
     seeds: tuple[int, int] = (0, 0)
 
+    @cached_property
+    def c_eps(self) -> ctypes.Array:
+        """``eps`` as the kernels take it."""
+        return (_f32 * 4)(*self.eps)
+
+    @cached_property
+    def c_seeds(self) -> ctypes.Array:
+        """``seeds`` as the kernels take them."""
+        return (_u64 * 2)(*self.seeds)
+
 
 def network_dims(x_s: torch.Tensor, x_g: torch.Tensor, p: QParams, pieces: int) -> tuple[int, ...]:
     """``(U_s, U_g, D_s, D_g, W, pieces, |A|², |A|)`` of an evaluation of Q on tables ``x_s``, ``x_g``, the C
@@ -235,7 +246,7 @@ class _Call:
         self.rows = rows
         self.dims = (_i64 * 9)(us, ug, ds, dg, rows, w, pieces, a2, self.num_actions)
         self.params = param_pointers(p)
-        self.eps, self.seeds, self.cfg = (_f32 * 4)(*cfg.eps), (_u64 * 2)(*cfg.seeds), cfg
+        self.eps, self.seeds, self.cfg = cfg.c_eps, cfg.c_seeds, cfg
         self.x_s, self.x_g, self.oi, self.gi, self.ga = x_s, x_g, oi, gi, ga
         self.workspace: torch.Tensor | None = None
 
@@ -325,22 +336,29 @@ def q_forward(
         obs_index is not None and goal_index is not None and obs_index.shape != goal_index.shape
     ):
         raise ValueError(f"rows disagree: {x_s.shape[0]} states, {x_g.shape[0]} goals")
-    oi, gi = (None if i is None else i.to(torch.int64).contiguous() for i in (obs_index, goal_index))
-    num_actions = math.isqrt(params.w3.shape[0])
+    oi, gi = _indices(obs_index), _indices(goal_index)
     ga = None
     if goal_action is not None:
         rows = oi.numel() if oi is not None else gi.numel() if gi is not None else x_s.shape[0]
         if goal_action.numel() != rows:
             raise ValueError(f"goal_action has {goal_action.numel()} entries for {rows} rows")
-        ga = goal_action.to(torch.int64).reshape(-1).contiguous()
+        ga = _indices(goal_action.reshape(-1))
     x_s, x_g = x_s.contiguous(), x_g.contiguous()
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (x_s, x_g, *params)):
+    if torch.is_grad_enabled() and (x_s.requires_grad or x_g.requires_grad or any(t.requires_grad for t in params)):
         out = _Q.apply(x_s, x_g, oi, gi, ga, cfg, *params)
     else:
-        # named for the profiler: ctypes calls are no aten ops, and benchmarks attribute time by op
-        with torch.no_grad(), torch.profiler.record_function("sun_lightning::q_forward"):
-            out = _Call(x_s, x_g, params, oi, gi, ga, cfg).forward(save=False)
-    return out if ga is not None else out.unflatten(-1, (num_actions, num_actions))
+        out = _Call(x_s, x_g, params, oi, gi, ga, cfg).forward(save=False)
+    if ga is not None:
+        return out
+    num_actions = math.isqrt(params.w3.shape[0])
+    return out.unflatten(-1, (num_actions, num_actions))
+
+
+def _indices(index: torch.Tensor | None) -> torch.Tensor | None:
+    """Row indices as the C side reads them: contiguous int64 (no copy where they are already)."""
+    if index is None or (index.dtype == torch.int64 and index.is_contiguous()):
+        return index
+    return index.to(torch.int64).contiguous()
 
 
 # ---- the branches: SiLU(dropout(LayerNorm(h))) -------------------------------------------------
