@@ -8,8 +8,10 @@ of those pieces already runs in C (:mod:`~sun_lightning.networks.rows`,
 gathers, the Huber loss, the statistics and their autograd nodes in between, cost ~4 ms per update
 on the 2-core CPU machine: as much as the network's own elementwise work and two thirds of its
 matrix products. Here the whole loss is ``_q_loss.c`` (built into the row kernels' library): one
-call computes the loss, its statistics and the loss's gradient with respect to the online values;
-the backward is one more call through the network.
+call computes the loss, its statistics and, where autograd will need it, its gradient through the
+online network, while the saved activations are still in cache; the autograd node's backward only
+hands that gradient over (scaled by the output's gradient). Gradients are those of the weights as
+they were at the forward, as autograd's would be (which would refuse weights changed in between).
 
 The maths is that of ``DQNSVF.td_targets`` and ``F.huber_loss``, which remain the reference (and the
 path on GPU, under ``native_rows=False`` and for the ensembles): tests compare the two.
@@ -24,17 +26,17 @@ from tensordict import TensorDict
 from torch.autograd.function import once_differentiable
 
 from sun_lightning import keys
-from sun_lightning.networks.rows import (LIBRARY, QConfig, QParams, give_buffer, network_dims, param_pointers,
-                                         scratch_buffer, split_grads, take_buffer)
+from sun_lightning.networks.rows import LIBRARY, QConfig, QParams, network_dims, param_pointers, scratch_buffer, split_grads
 
 __all__ = ["q_loss"]
 
-_p, _i64, _u64, _f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float
+_i64, _f32 = ctypes.c_int64, ctypes.c_float
 _ERRORS = {
     -1: (IndexError, "a row index of the batch is outside the state or goal table"),
     -2: (IndexError, "a goal action is outside the action set"),
     -3: (RuntimeError, "the Q network's C path has no sgemm_"),
     -4: (IndexError, "an action is outside the action set"),
+    -5: (MemoryError, "the loss kernel could not allocate its partial sums"),
 }
 
 def _checked(status: int) -> None:
@@ -44,7 +46,7 @@ def _checked(status: int) -> None:
 
 
 class _LossCall:
-    """The C arguments of one loss evaluation, kept by the autograd node for its backward."""
+    """The C arguments of one loss evaluation."""
 
     def __init__(self, x_s, x_g, xt_s, xt_g, params: QParams, target_params: QParams, cfg: QConfig,
                  batch: TensorDict, hyper: tuple[float, float, float, float, float]) -> None:
@@ -54,73 +56,61 @@ class _LossCall:
         if network_dims(xt_s, xt_g, target_params, cfg.pieces) != dims:
             raise ValueError("the target network's tables and weights differ in shape from the online network's")
         self.shape = (_i64 * 10)(n, t, *dims)
-        self.num_actions = dims[-1]
         self.params, self.target_params = param_pointers(params), param_pointers(target_params)
         # The batch's columns as the C side reads them (no copies for the sampler's own dtypes).
-        self.batch = [batch[k].to(torch.int64).contiguous() for k in (
+        self.batch = [_column(batch[k], torch.int64) for k in (
             keys.STATE_INDEX, keys.NEXT_STATE_INDEX, keys.GOAL_INDEX, keys.GOAL_ACTION)]
-        self.batch += [action.to(torch.int64).contiguous(), batch[keys.REWARD].to(torch.float32).contiguous(),
-                       batch[keys.TERMINATED].to(torch.bool).contiguous(), batch[keys.EPISODE_END].to(torch.bool).contiguous()]
+        self.batch += [_column(action, torch.int64), _column(batch[keys.REWARD], torch.float32),
+                       _column(batch[keys.TERMINATED], torch.bool), _column(batch[keys.EPISODE_END], torch.bool)]
         self.x_s, self.x_g, self.xt_s, self.xt_g = x_s, x_g, xt_s, xt_g
         self.cfg = cfg
-        self.eps, self.seeds = cfg.c_eps, cfg.c_seeds
         self.hyper = (_f32 * 5)(*hyper)
-        self.rows = None
-        self.saved = self.row_index = self.grad_q = None
 
-    def forward(self) -> tuple[torch.Tensor, torch.Tensor]:
-        lib, cfg, nt = LIBRARY.load(), self.cfg, self.shape[0] * self.shape[1]
-        self.saved = take_buffer(lib.q_loss_workspace(self.shape, 0))
-        self.row_index = torch.empty(6 * nt, dtype=torch.int64)
-        self.grad_q = torch.empty(2 * nt * self.num_actions, dtype=torch.float32)
-        scratch = scratch_buffer(lib.q_loss_workspace(self.shape, 1))
-        loss, stats = torch.empty((), dtype=torch.float32), torch.empty(4, dtype=torch.float32)
-        rows = _i64()
-        _checked(lib.q_loss_forward(
-            self.shape, self.x_s.data_ptr(), self.x_g.data_ptr(), self.xt_s.data_ptr(), self.xt_g.data_ptr(),
-            self.params, self.target_params, *(c.data_ptr() for c in self.batch), self.eps, cfg.slope, self.seeds,
-            cfg.threshold, cfg.keep_scale, self.hyper, self.saved.data_ptr(), self.row_index.data_ptr(),
-            self.grad_q.data_ptr(), scratch.data_ptr(), loss.data_ptr(), stats.data_ptr(), ctypes.byref(rows)))
-        self.rows = rows.value
-        return loss, stats
-
-    def backward(self, grad: float, params: QParams, need_inputs) -> tuple:
+    def run(self, params: QParams | None, need_inputs: tuple[bool, bool] = (False, False)):
+        """The loss and its statistics; with ``params``, also the gradients of the loss with respect to the
+        encoded tables (where ``need_inputs``) and to ``params``, computed in the same C call."""
         lib, cfg = LIBRARY.load(), self.cfg
-        flat = torch.empty(sum(t.numel() for t in params), dtype=torch.float32)
-        g_x_s = torch.empty_like(self.x_s) if need_inputs[0] else None
-        g_x_g = torch.empty_like(self.x_g) if need_inputs[1] else None
-        scratch = scratch_buffer(lib.q_loss_workspace(self.shape, 1))
-        _checked(lib.q_loss_backward(
-            self.shape, self.rows, self.x_s.data_ptr(), self.x_g.data_ptr(), self.params, self.row_index.data_ptr(),
-            cfg.slope, self.seeds, cfg.threshold, cfg.keep_scale, self.saved.data_ptr(), self.grad_q.data_ptr(),
-            grad, scratch.data_ptr(), flat.data_ptr(), None if g_x_s is None else g_x_s.data_ptr(),
-            None if g_x_g is None else g_x_g.data_ptr()))
-        self.release()
-        return g_x_s, g_x_g, split_grads(flat, params)
+        scratch = scratch_buffer(lib.q_loss_workspace(self.shape))
+        loss, stats = torch.empty((), dtype=torch.float32), torch.empty(4, dtype=torch.float32)
+        flat = g_x_s = g_x_g = None
+        if params is not None:
+            flat = torch.empty(sum(t.numel() for t in params), dtype=torch.float32)
+            g_x_s = torch.empty_like(self.x_s) if need_inputs[0] else None
+            g_x_g = torch.empty_like(self.x_g) if need_inputs[1] else None
+        _checked(lib.q_loss(
+            self.shape, self.x_s.data_ptr(), self.x_g.data_ptr(), self.xt_s.data_ptr(), self.xt_g.data_ptr(),
+            self.params, self.target_params, *[c.data_ptr() for c in self.batch], cfg.c_eps, cfg.slope, cfg.c_seeds,
+            cfg.threshold, cfg.keep_scale, self.hyper, scratch.data_ptr(), loss.data_ptr(), stats.data_ptr(),
+            int(flat is not None), _ptr(flat), _ptr(g_x_s), _ptr(g_x_g)))
+        grads = None if flat is None else (flat, g_x_s, g_x_g, split_grads(flat, params))
+        return loss, stats, grads
 
-    def release(self) -> None:
-        """Hand the saved workspace back for reuse (after the backward, or when there is none)."""
-        give_buffer(self.saved)
-        self.saved = None
+
+def _column(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return x if x.dtype is dtype and x.is_contiguous() else x.to(dtype).contiguous()
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
 
 
 class _QLoss(torch.autograd.Function):
-    """The loss of :func:`q_loss` as one autograd node (forward and backward by hand, one C call each)."""
+    """The loss of :func:`q_loss` as one autograd node: the C call that computes the loss also computes its
+    gradient (at ``d output = 1``), and the backward only scales it by the output's gradient (exact for 1)."""
 
     @staticmethod
     def forward(ctx, call: _LossCall, x_s, x_g, *params):
-        loss, stats = call.forward()
-        ctx.save_for_backward(x_s, x_g, *params)  # version checks: in-place changes before the backward raise
-        ctx.call = call
+        loss, stats, ctx.grads = call.run(QParams(*params), (x_s.requires_grad, x_g.requires_grad))
         ctx.mark_non_differentiable(stats)
         return loss, stats
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_loss, _grad_stats):
-        x_s, x_g, *params = ctx.saved_tensors
-        g_x_s, g_x_g, grads = ctx.call.backward(float(grad_loss), QParams(*params), ctx.needs_input_grad[1:3])
-        ctx.call = None  # frees the saved workspace
+        (flat, g_x_s, g_x_g, grads), ctx.grads = ctx.grads, None
+        if grad_loss.item() != 1.0:  # (a pass over the gradients costs more than the test)
+            flat.mul_(grad_loss)  # the weights' gradients are views of flat
+            g_x_s, g_x_g = (None if g is None else g.mul_(grad_loss) for g in (g_x_s, g_x_g))
         return (None, g_x_s, g_x_g, *grads)
 
 
@@ -158,8 +148,7 @@ def q_loss(
     clip = float("inf") if bootstrap_clip is None else bootstrap_clip
     call = _LossCall(x_s.contiguous(), x_g.contiguous(), xt_s.contiguous(), xt_g.contiguous(), params, target_params,
                      cfg, batch, (gamma, lam, clip, tol, huber_delta))
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (x_s, x_g, *params)):
+    if torch.is_grad_enabled() and (x_s.requires_grad or x_g.requires_grad or any(t.requires_grad for t in params)):
         return _QLoss.apply(call, call.x_s, call.x_g, *params)
-    loss, stats = call.forward()
-    call.release()
+    loss, stats, _ = call.run(None)
     return loss, stats

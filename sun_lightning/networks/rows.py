@@ -71,10 +71,9 @@ LIBRARY = NativeLibrary(
     Path(__file__).with_name("_rows.c"),
     {
         # the DQN variant's loss over this network (losses/_q_loss.c, losses/q_loss_native.py)
-        "q_loss_workspace": ([_p, _int], _i64),
-        "q_loss_forward": ([_p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _f32, _p, _int, _f32, _p,
-                            _p, _p, _p, _p, _p, _p, _p], _int),
-        "q_loss_backward": ([_p, _i64, _p, _p, _p, _p, _f32, _p, _int, _f32, _p, _p, _f32, _p, _p, _p, _p], _int),
+        "q_loss_workspace": ([_p], _i64),
+        "q_loss": ([_p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _f32, _p, _int, _f32, _p, _p, _p,
+                    _p, _int, _p, _p, _p], _int),
         "rows_set_gemm": ([_p], None),
         "rows_gemm_time": ([ctypes.POINTER(_f64), ctypes.POINTER(_i64), _int], None),
         "rows_gemm_log": ([_int, _p], _int),
@@ -291,7 +290,7 @@ class _Call:
 
 def split_grads(flat: torch.Tensor, params: QParams) -> QParams:
     """The weights' gradients as views of the kernels' flat gradient (QParams' order and shapes)."""
-    return QParams(*(g.view_as(t) for g, t in zip(flat.split([t.numel() for t in params]), params)))
+    return QParams(*torch._utils._unflatten_dense_tensors(flat, params))  # one call for the ten views
 
 
 class _Q(torch.autograd.Function):
