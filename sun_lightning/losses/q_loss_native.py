@@ -37,6 +37,7 @@ _ERRORS = {
     -3: (RuntimeError, "the Q network's C path has no sgemm_"),
     -4: (IndexError, "an action is outside the action set"),
     -5: (MemoryError, "the loss kernel could not allocate its partial sums"),
+    -6: (ValueError, "the C path of Q takes at most 8 maxout pieces"),
 }
 
 def _checked(status: int) -> None:

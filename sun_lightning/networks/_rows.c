@@ -1,25 +1,26 @@
-/* Row kernels of the goal-conditioned Q network (SPEC §5a), CPU, float32.
+/* The goal-conditioned Q network (SPEC §5a) after its encoders, CPU, float32: forward and backward.
  *
- * The network's rows gather features of distinct states and goals from
- * tables, fuse them, reduce the maxout's pieces and normalize.  Those passes
- * over [rows, 4 · width] are memory-bound; PyTorch runs each as one or more
- * separate kernels (index_select, add, mul, amax, layer_norm, leaky_relu and
- * their backwards).  Here each is a single pass per row that stays in L1.
- * The matrix products stay with PyTorch (see rows.py).
+ * The network's rows gather features of distinct states and goals from tables, fuse them,
+ * reduce the maxout's pieces and normalize.  Those passes over [rows, 4 · width] are memory-bound
+ * and, done one after the other over all rows, each streamed the whole [rows, 4 · width] array
+ * through memory.  Here the rows go in blocks of BLOCK: each block runs the whole row network
+ * (product, maxout map, maxout, LayerNorms, head) in a buffer of its thread that stays in L2, its
+ * matrix products as sequential sgemm_ calls, the blocks spread over the threads; the backward
+ * likewise, with each block's weight-gradient terms kept apart and added in block order.
  *
  * Layouts (all C-contiguous):
- *   pre [R, P*W]   piece-major: piece p of unit u at p*W + u
- *   xhat [R, W]    normalized pre-affine LayerNorm input, rstd [R]
+ *   pre [rows, P*W]   piece-major: piece p of unit u at p*W + u
+ *   xh [rows, W]      normalized pre-affine LayerNorm input, rs [rows] its 1 / std
+ *   win [rows, W]     bit p set where piece p attains the maxout's max (P <= 8)
  * Built with -fno-trapping-math (sun_lightning/native.py) so that the selects below compile
  * to blends instead of branches on random signs; the summation order is fixed by hand.
  * Index arrays are int64; NULL means the identity (row r reads table row r).
  *
  * Threads: built with -fopenmp where PyTorch's own parallel backend is OpenMP (rows.py), so the
  * loops below run on PyTorch's already-running OpenMP threads (the process has one libgomp) and
- * omp_get_max_threads() is torch.get_num_threads().  Rows are independent; the sums over rows
- * (LayerNorm weight gradients) are taken per fixed chunk of CHUNK rows and the chunks added in
- * order, so every result is the same whatever the thread count.  Without -fopenmp the pragmas
- * are ignored and the same code runs serially.
+ * omp_get_max_threads() is torch.get_num_threads().  Blocks and their sums are fixed by the row
+ * count, not the thread count, so every result is the same whatever the thread count.  Without
+ * -fopenmp the pragmas are ignored and the same code runs serially.
  */
 #define _POSIX_C_SOURCE 199309L  /* clock_gettime under -std=c99 */
 #include <stdint.h>
@@ -27,14 +28,20 @@
 #include <string.h>
 #include <math.h>
 
-#define CHUNK 128          /* rows per partial sum of a weight gradient */
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define CHUNK 128          /* rows per partial sum of a branch's LayerNorm weight gradient */
 #define PARALLEL_ROWS 256  /* fewer rows than this run on the calling thread only */
+#define BLOCK 128          /* rows per block of the row network */
+#define MAX_PIECES 8       /* maxout pieces the win bitmask holds */
 
 #define ROW(ix, r) ((ix) ? (ix)[r] : (int64_t)(r))
 
 /* Sum of x[0..n) in a fixed order: 8 interleaved partial sums (vectorizable without
  * -fassociative-math), then the remainder, then the partials pairwise. */
-static inline float sum8(const float *restrict x, int64_t n) {
+static inline __attribute__((always_inline)) float sum8(const float *restrict x, int64_t n) {
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     int64_t u = 0;
     for (; u + 8 <= n; u += 8)
@@ -44,7 +51,7 @@ static inline float sum8(const float *restrict x, int64_t n) {
 }
 
 /* d = (h - mean) · rstd over one row (t is scratch); returns rstd. */
-static inline float layer_norm_row(const float *restrict h, int64_t W, float eps, float *restrict d,
+static inline __attribute__((always_inline)) float layer_norm_row(const float *restrict h, int64_t W, float eps, float *restrict d,
                                    float *restrict t) {
     const float mean = sum8(h, W) / (float)W;
     for (int64_t u = 0; u < W; ++u) { d[u] = h[u] - mean; t[u] = d[u] * d[u]; }
@@ -54,7 +61,7 @@ static inline float layer_norm_row(const float *restrict h, int64_t W, float eps
 }
 
 /* LayerNorm's input gradient from dxh = dL/dxhat of one row (t is scratch, out may be t). */
-static inline void layer_norm_row_backward(const float *restrict dxh, const float *restrict xh,
+static inline __attribute__((always_inline)) void layer_norm_row_backward(const float *restrict dxh, const float *restrict xh,
                                            float rs, int64_t W, float *t, float *out) {
     const float s1 = sum8(dxh, W) / (float)W;
     for (int64_t u = 0; u < W; ++u) t[u] = dxh[u] * xh[u];
@@ -71,55 +78,65 @@ static int rows_in_range(int64_t R, const int64_t *oi, const int64_t *gi, int64_
     return 1;
 }
 
-/* prod[r] = f_s[oi[r]] * f_g[gi[r]] (indices checked by the caller, rows_in_range). */
-static void rows_product(int64_t R, int64_t W, const int64_t *oi, const int64_t *gi, const float *f_s,
-                         const float *f_g, float *prod) {
-    #pragma omp parallel for schedule(static) if (R >= PARALLEL_ROWS)
-    for (int64_t r = 0; r < R; ++r) {
-        const float *restrict fs = f_s + ROW(oi, r) * W, *restrict fg = f_g + ROW(gi, r) * W;
-        float *restrict p = prod + r * W;
+/* prod[i] = f_s[oi[r0 + i]] * f_g[gi[r0 + i]] for the n rows of a block (indices checked). */
+static inline __attribute__((always_inline)) void block_product(int64_t r0, int64_t n, int64_t W, const int64_t *oi, const int64_t *gi,
+                          const float *f_s, const float *f_g, float *restrict prod) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float *restrict fs = f_s + ROW(oi, r0 + i) * W, *restrict fg = f_g + ROW(gi, r0 + i) * W;
+        float *restrict p = prod + i * W;
         for (int64_t u = 0; u < W; ++u) p[u] = fs[u] * fg[u];
     }
 }
 
-/* h[u] = max_p row[p*W + u]. */
-static inline void piece_max(const float *restrict row, int64_t W, int64_t P, float *restrict h) {
-    for (int64_t u = 0; u < W; ++u) h[u] = row[u];
-    for (int64_t p = 1; p < P; ++p) {
-        const float *restrict piece = row + p * W;
-        for (int64_t u = 0; u < W; ++u) h[u] = piece[u] > h[u] ? piece[u] : h[u];
-    }
+static inline float leaky(float y, float slope) { return y > 0.f ? y : slope * y; }
+
+/* act = leaky(LayerNorm(h) · ln_w) of one row; xh (may be NULL) and the returned rstd for the backward. */
+static inline __attribute__((always_inline)) float norm_act_row(const float *restrict h, int64_t W, const float *restrict ln_w, float eps,
+                                 float slope, float *restrict act, float *restrict xh) {
+    float d[W], t[W];
+    const float rs = layer_norm_row(h, W, eps, d, t);
+    if (xh) memcpy(xh, d, (size_t)W * sizeof(float));
+    for (int64_t u = 0; u < W; ++u) act[u] = leaky(d[u] * ln_w[u], slope);
+    return rs;
 }
 
-/* act[r] = leaky(LayerNorm(max_p x[r, p, :]) · ln_w), x[r] = pre_s[oi[r]] + pre_g[gi[r]] + pre[r]:
- * the maxout's pre-activations, the tables' terms gathered here and the product's term computed
- * by the GEMM into pre (rows_product's indices, already checked).  Without tables (pre_s NULL)
- * x = pre; with P == 1 the max is the identity.  keep writes x back into pre (the backward finds
- * the winning pieces in it); xhat and rstd (saved for the backward) may be NULL. */
-static void rows_norm_act(int64_t R, int64_t W, int64_t P, const int64_t *oi, const int64_t *gi,
-                   const float *pre_s, const float *pre_g, int keep, float *pre, const float *ln_w,
-                   float eps, float slope, float *restrict act, float *restrict xhat,
-                   float *restrict rstd) {
-    #pragma omp parallel for schedule(static) if (R >= PARALLEL_ROWS)
-    for (int64_t r = 0; r < R; ++r) {
-        float x[P * W], h[W], d[W], t[W];
-        float *row = pre + r * P * W;
-        if (pre_s) {
-            const float *restrict a = pre_s + ROW(oi, r) * P * W, *restrict b = pre_g + ROW(gi, r) * P * W;
-            float *out = keep ? row : x;
-            for (int64_t j = 0; j < P * W; ++j) out[j] = (a[j] + b[j]) + row[j];
-            row = out;
-        }
-        piece_max(row, W, P, h);
-        const float rs = layer_norm_row(h, W, eps, d, t);
-        if (rstd) rstd[r] = rs;
-        if (xhat) memcpy(xhat + r * W, d, (size_t)W * sizeof(float));
-        float *restrict o = act + r * W;
-        for (int64_t u = 0; u < W; ++u) {
-            const float y = d[u] * ln_w[u];
-            o[u] = y > 0.f ? y : slope * y;
-        }
+/* The maxout of one row: x = (a + b) + pre (the tables' terms, a = b = NULL: none), h[u] = max_p
+ * x[p*W + u], win[u] (may be NULL) the bits of the pieces equal to it. */
+static inline __attribute__((always_inline)) void maxout_row(const float *restrict pre, const float *restrict a, const float *restrict b,
+                              int64_t W, int64_t P, float *restrict h, uint8_t *restrict win) {
+    float x[P * W];
+    if (a) {
+        for (int64_t j = 0; j < P * W; ++j) x[j] = (a[j] + b[j]) + pre[j];
+        pre = x;
     }
+    for (int64_t u = 0; u < W; ++u) h[u] = pre[u];
+    for (int64_t p = 1; p < P; ++p)
+        for (int64_t u = 0; u < W; ++u) h[u] = pre[p * W + u] > h[u] ? pre[p * W + u] : h[u];
+    if (!win) return;
+    for (int64_t u = 0; u < W; ++u) win[u] = 0;
+    for (int64_t p = 0; p < P; ++p)
+        for (int64_t u = 0; u < W; ++u) win[u] |= (uint8_t)((pre[p * W + u] >= h[u]) << p);
+}
+
+/* Backward of norm_act_row from g = dL/dact: the input's gradient into out, gw[u] += dy · xh. */
+static inline __attribute__((always_inline)) void norm_act_row_backward(const float *restrict g, const float *restrict xh, float rs, int64_t W,
+                                         const float *restrict ln_w, float slope, float *restrict gw,
+                                         float *restrict out) {
+    float dxh[W], t[W];
+    for (int64_t u = 0; u < W; ++u) {
+        const float y = xh[u] * ln_w[u];
+        const float dy = y > 0.f ? g[u] : slope * g[u];
+        gw[u] += dy * xh[u];
+        dxh[u] = dy * ln_w[u];
+    }
+    layer_norm_row_backward(dxh, xh, rs, W, t, out);
+}
+
+/* act[i] = leaky(xh[i] · ln_w) for n rows: norm_act_row's output again, from what it saved. */
+static inline __attribute__((always_inline)) void recompute_act(int64_t n, int64_t W, const float *restrict xh, const float *restrict ln_w, float slope,
+                          float *restrict act) {
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t u = 0; u < W; ++u) act[i * W + u] = leaky(xh[i * W + u] * ln_w[u], slope);
 }
 
 /* Chunk c of R rows is [c * CHUNK, min((c + 1) * CHUNK, R)). */
@@ -131,48 +148,6 @@ static void add_partials(float *part, int64_t C, int64_t W, float *restrict grad
     for (int64_t c = 0; c < C; ++c)
         for (int64_t u = 0; u < W; ++u) grad_w[u] += part[c * W + u];
     free(part);
-}
-
-/* Backward of rows_norm_act: grad_in [R, P*W] (P == 1: [R, W]) and grad_w[u] += Σ_r dy·xhat
- * (per chunk of rows, chunks added in order).  The maxout's gradient goes to the piece(s)
- * equal to the max (recomputed from pre); ties between float pieces have probability zero.
- * Returns 0, or -1 (out of memory for the partial sums). */
-static int rows_norm_act_backward(int64_t R, int64_t W, int64_t P, const float *grad_act,
-                           const float *xhat, const float *rstd, const float *pre,
-                           const float *ln_w, float slope, float *restrict grad_in,
-                           float *restrict grad_w) {
-    const int64_t C = chunks(R);
-    float *part = calloc((size_t)(C * W), sizeof(float));
-    if (!part) return -1;
-    #pragma omp parallel for schedule(static) if (R >= PARALLEL_ROWS)
-    for (int64_t c = 0; c < C; ++c) {
-        float dxh[W], t[W], h[W];
-        float *restrict gw = part + c * W;
-        for (int64_t r = c * CHUNK; r < chunk_end(c, R); ++r) {
-            const float *restrict g = grad_act + r * W, *restrict xh = xhat + r * W;
-            for (int64_t u = 0; u < W; ++u) {
-                const float y = xh[u] * ln_w[u];
-                const float dy = y > 0.f ? g[u] : slope * g[u];
-                gw[u] += dy * xh[u];
-                dxh[u] = dy * ln_w[u];
-            }
-            float *restrict out = grad_in + r * P * W;
-            if (P == 1) {
-                layer_norm_row_backward(dxh, xh, rstd[r], W, t, out);
-            } else {
-                layer_norm_row_backward(dxh, xh, rstd[r], W, t, t);
-                const float *restrict row = pre + r * P * W;
-                piece_max(row, W, P, h);
-                for (int64_t p = 0; p < P; ++p) {
-                    const float *restrict piece = row + p * W;
-                    float *restrict o = out + p * W;
-                    for (int64_t u = 0; u < W; ++u) o[u] = (float)(piece[u] >= h[u]) * t[u];  /* piece == max */
-                }
-            }
-        }
-    }
-    add_partials(part, C, W, grad_w);
-    return 0;
 }
 
 /* Backward of the row gathers (rows_product's products, rows_norm_act's table terms),
@@ -314,24 +289,30 @@ void branch_dropout_mask(int64_t R, int64_t W, uint64_t seed, int threshold, flo
 /* ---- the whole network in one call: forward and backward over the kernels above -------------
  * The matrix products go to the BLAS sgemm_ that PyTorch itself calls for torch.mm on CPU (MKL in
  * the official wheels), found in the already loaded libtorch_cpu by rows.py and handed over with
- * rows_set_gemm.  One call per forward or backward replaces ~30 Python-dispatched ops and kernel
- * calls each (SPEC §5a's network at 2 048 rows spent more time in that dispatch than in its
- * elementwise work).  Time spent inside sgemm_ is accumulated for the benchmark (rows_gemm_time),
- * and the shapes of the last calls can be recorded so that a benchmark can replay them through
- * torch.mm. */
+ * rows_set_gemm (with MKL's MKL_Set_Num_Threads_Local, so that a block's products run on its own
+ * thread).  One call per forward or backward replaces ~30 Python-dispatched ops and kernel calls
+ * each.  Time spent inside sgemm_ is accumulated for the benchmark (rows_gemm_time; the blocks'
+ * products, timed on each thread, count their thread-seconds over the threads that ran them), and
+ * the shapes of the products (whole, not per block) can be recorded so that a benchmark can
+ * replay them through torch.mm. */
 #include <time.h>
 
 typedef void (*sgemm_fn)(const char *, const char *, const int *, const int *, const int *,
                          const float *, const float *, const int *, const float *, const int *,
                          const float *, float *, const int *);
+typedef int (*local_threads_fn)(int);
 static sgemm_fn gemm_ptr = NULL;
-static double gemm_seconds = 0.0;
+static local_threads_fn local_threads = NULL;
+static double gemm_seconds = 0.0, block_seconds = 0.0;  /* wall; thread-seconds of the running blocks */
 static int64_t gemm_calls = 0;
 #define GEMM_LOG 64
 static int record_shapes = 0, gemm_logged = 0;
 static int64_t gemm_log[GEMM_LOG][5];  /* transa, transb, M, N, K (row-major terms) */
 
-void rows_set_gemm(void *fn) { gemm_ptr = (sgemm_fn)fn; }
+void rows_set_gemm(void *fn, void *set_local_threads) {
+    gemm_ptr = (sgemm_fn)fn;
+    local_threads = (local_threads_fn)set_local_threads;
+}
 
 /* Seconds and calls of sgemm_ since the last reset; reset clears them (and the shape log). */
 void rows_gemm_time(double *seconds, int64_t *calls, int reset) {
@@ -340,11 +321,19 @@ void rows_gemm_time(double *seconds, int64_t *calls, int reset) {
     if (reset) { gemm_seconds = 0.0; gemm_calls = 0; gemm_logged = 0; }
 }
 
-/* record: log the shapes of the following calls (up to GEMM_LOG); returns the number logged. */
+/* record: log the shapes of the following products (up to GEMM_LOG); returns the number logged. */
 int rows_gemm_log(int record, int64_t *out) {
     record_shapes = record;
     if (out) memcpy(out, gemm_log, sizeof(int64_t) * 5 * (size_t)gemm_logged);
     return gemm_logged;
+}
+
+/* Log one product of the network (row-major op(A)[M, K] op(B)[K, N]), once however many calls run it. */
+static void log_shape(char ta, char tb, int64_t M, int64_t N, int64_t K) {
+    if (record_shapes && gemm_logged < GEMM_LOG && M > 0 && N > 0 && K > 0) {
+        int64_t *e = gemm_log[gemm_logged++];
+        e[0] = ta == 'T'; e[1] = tb == 'T'; e[2] = M; e[3] = N; e[4] = K;
+    }
 }
 
 static inline double now(void) {
@@ -354,9 +343,10 @@ static inline double now(void) {
 }
 
 /* Row-major C[M, N] = alpha · op(A) op(B) + beta · C (op: 'N' or 'T'), as the column-major
- * product C^T = op(B)^T op(A)^T: the same flags with the operands swapped. */
-static void gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-                 int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+ * product C^T = op(B)^T op(A)^T: the same flags with the operands swapped.  log: record the
+ * shape here (products run whole); block products are logged whole by their caller. */
+static void gemm_call(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                      int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc, int log) {
     if (M == 0 || N == 0) return;
     if (K == 0) {  /* no product: C = beta · C */
         for (int64_t i = 0; i < M; ++i)
@@ -364,23 +354,72 @@ static void gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
         return;
     }
     const int m = (int)M, n = (int)N, k = (int)K, a = (int)lda, b = (int)ldb, c = (int)ldc;
-    if (record_shapes && gemm_logged < GEMM_LOG) {
-        int64_t *e = gemm_log[gemm_logged++];
-        e[0] = ta == 'T'; e[1] = tb == 'T'; e[2] = M; e[3] = N; e[4] = K;
-    }
+    if (log) log_shape(ta, tb, M, N, K);
     const double t0 = now();
     gemm_ptr(&tb, &ta, &n, &m, &k, &alpha, B, &b, A, &a, &beta, C, &c);
-    gemm_seconds += now() - t0;
+    const double dt = now() - t0;
+    if (log) {
+        gemm_seconds += dt;
+    } else {
+        #pragma omp atomic
+        block_seconds += dt;
+    }
+    #pragma omp atomic
     gemm_calls += 1;
 }
+#define gemm(...) gemm_call(__VA_ARGS__, 1)
+#define block_gemm(...) gemm_call(__VA_ARGS__, 0)
+
+/* A thread's buffer for the blocks it runs, kept for the thread's life (torch's threads persist,
+ * so their pages are touched once); NULL if it cannot grow. */
+static __thread float *thread_buf = NULL;
+static __thread size_t thread_cap = 0;
+
+static float *block_buffer(size_t floats) {
+    if (floats > thread_cap) {
+        float *p = realloc(thread_buf, floats * sizeof(float));
+        if (!p) return NULL;
+        thread_buf = p;
+        thread_cap = floats;
+    }
+    return thread_buf;
+}
+
+/* Run body(b) for the nb blocks, spread over the threads, each block's products on its own thread. */
+#ifdef _OPENMP
+#define FOR_BLOCKS(nb, body)                                                              \
+    do {                                                                                  \
+        int threads_ = 1;                                                                 \
+        _Pragma("omp parallel if (nb > 1)")                                               \
+        {                                                                                 \
+            if (local_threads) local_threads(1);                                          \
+            _Pragma("omp single nowait") threads_ = omp_get_num_threads();                \
+            _Pragma("omp for schedule(static)")                                           \
+            for (int64_t b = 0; b < nb; ++b) { body; }                                    \
+            if (local_threads) local_threads(0);                                          \
+        }                                                                                 \
+        gemm_seconds += block_seconds / threads_;                                         \
+        block_seconds = 0.0;                                                              \
+    } while (0)
+#else
+#define FOR_BLOCKS(nb, body)                                                              \
+    do {                                                                                  \
+        for (int64_t b = 0; b < nb; ++b) { body; }                                        \
+        gemm_seconds += block_seconds;                                                    \
+        block_seconds = 0.0;                                                              \
+    } while (0)
+#endif
+
+static inline int64_t blocks(int64_t R) { return (R + BLOCK - 1) / BLOCK; }
 
 /* Sizes of one evaluation (rows.py passes them as int64_t dims[9] in this order). */
 typedef struct { int64_t US, UG, DS, DG, R, W, P, A2, A; } Dims;
 
-/* The forward's saved buffers, carved in this order from one float workspace. */
+/* The forward's buffers, carved in this order from one float workspace: the tables' (branches,
+ * their maxout terms), what the backward reads of the rows, and the output. */
 typedef struct {
-    float *h, *f_s, *xh_s, *rs_s, *f_g, *xh_g, *rs_g, *pre_s, *pre_g, *prod, *pre, *act1, *xh1, *rs1,
-          *z2, *act2, *xh2, *rs2, *out;
+    float *h, *f_s, *xh_s, *rs_s, *f_g, *xh_g, *rs_g, *pre_s, *pre_g, *xh1, *rs1, *xh2, *rs2, *out;
+    uint8_t *win;
 } Saved;
 
 static int64_t carve_saved(const Dims *d, float *ws, Saved *s) {
@@ -391,23 +430,41 @@ static int64_t carve_saved(const Dims *d, float *ws, Saved *s) {
     TAKE(f_s, d->US * W); TAKE(xh_s, d->US * W); TAKE(rs_s, d->US);
     TAKE(f_g, d->UG * W); TAKE(xh_g, d->UG * W); TAKE(rs_g, d->UG);
     TAKE(pre_s, d->US * PW); TAKE(pre_g, d->UG * PW);
-    TAKE(prod, d->R * W); TAKE(pre, d->R * PW);
-    TAKE(act1, d->R * W); TAKE(xh1, d->R * W); TAKE(rs1, d->R);
-    TAKE(z2, d->R * W); TAKE(act2, d->R * W); TAKE(xh2, d->R * W); TAKE(rs2, d->R);
-    TAKE(out, d->R * d->A2);
+    TAKE(xh1, d->R * W); TAKE(rs1, d->R); TAKE(xh2, d->R * W); TAKE(rs2, d->R);
+    if (s) s->win = (uint8_t *)p;
+    p += (d->R * W + 3) / 4;
+    TAKE(out, d->R * d->A2);  /* last: rows.py reads it there */
     return p - ws;
 }
 
-/* The backward's temporaries. */
-typedef struct { float *g_out, *g_act2, *g_z2, *g_act1, *g_pre, *g_prod, *g_pre_s, *g_pre_g, *g_f_s,
-                 *g_f_g, *g_h_s, *g_h_g; } Temps;
+/* The weight-gradient terms of one block of rows, added in block order after the blocks ran. */
+typedef struct { float *w3, *b3, *w2, *ln2, *ln1, *w_mp; } Part;
+
+static int64_t part_size(const Dims *d) {
+    const int64_t W = d->W;
+    return d->A2 * W + d->A2 + W * W + W + W + d->P * W * W;
+}
+
+static void carve_part(const Dims *d, float *p, Part *t) {
+    const int64_t W = d->W;
+    t->w3 = p; p += d->A2 * W;
+    t->b3 = p; p += d->A2;
+    t->w2 = p; p += W * W;
+    t->ln2 = p; p += W;
+    t->ln1 = p; p += W;
+    t->w_mp = p;
+}
+
+/* The backward's temporaries: the rows' gradients at the maxout and the product (for the gathers'
+ * backward), the tables' gradients, and the blocks' weight-gradient terms. */
+typedef struct { float *g_pre, *g_prod, *g_pre_s, *g_pre_g, *g_f_s, *g_f_g, *g_h_s, *g_h_g, *parts; } Temps;
 
 static int64_t carve_temps(const Dims *d, float *ws, Temps *s) {
     const int64_t W = d->W, PW = d->P * d->W;
     float *p = ws;
-    TAKE(g_out, d->R * d->A2); TAKE(g_act2, d->R * W); TAKE(g_z2, d->R * W); TAKE(g_act1, d->R * W);
     TAKE(g_pre, d->R * PW); TAKE(g_prod, d->R * W); TAKE(g_pre_s, d->US * PW); TAKE(g_pre_g, d->UG * PW);
     TAKE(g_f_s, d->US * W); TAKE(g_f_g, d->UG * W); TAKE(g_h_s, d->US * W); TAKE(g_h_g, d->UG * W);
+    TAKE(parts, blocks(d->R) * part_size(d));
 #undef TAKE
     return p - ws;
 }
@@ -429,19 +486,62 @@ static void grad_offsets(const Dims *d, int64_t off[11]) {
     for (int i = 0; i < 10; ++i) off[i + 1] = off[i] + n[i];
 }
 
+/* The row network of block b: product, maxout map, maxout with the tables' terms, LayerNorm +
+ * LeakyReLU, linear, LayerNorm + LeakyReLU, head; with save, what the backward reads. */
+static inline __attribute__((always_inline)) int block_forward_wp(
+        const Dims *d, const Params *w, const Saved *s, const int64_t *oi, const int64_t *gi, const int64_t *ga,
+        const float *eps, float slope, int save, int64_t b, float *sel, const int64_t W, const int64_t P) {
+    const int64_t PW = P * W, A2 = d->A2, A = d->A, r0 = b * BLOCK;
+    const int64_t n = d->R - r0 < BLOCK ? d->R - r0 : BLOCK;
+    float *buf = block_buffer((size_t)(BLOCK * (4 * W + PW + A2)));
+    if (!buf) return -1;
+    float *prod = buf, *pre = prod + BLOCK * W, *act1 = pre + BLOCK * PW, *z2 = act1 + BLOCK * W,
+          *act2 = z2 + BLOCK * W, *out = ga ? act2 + BLOCK * W : s->out + r0 * A2;
+    block_product(r0, n, W, oi, gi, s->f_s, s->f_g, prod);
+    block_gemm('N', 'T', n, PW, W, 1.f, prod, W, w->w_m + 2 * W, 3 * W, 0.f, pre, PW);
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t r = r0 + i;
+        float h[W];
+        maxout_row(pre + i * PW, s->pre_s + ROW(oi, r) * PW, s->pre_g + ROW(gi, r) * PW, W, P, h,
+                   save ? s->win + r * W : NULL);
+        const float rs = norm_act_row(h, W, w->ln1, eps[2], slope, act1 + i * W, save ? s->xh1 + r * W : NULL);
+        if (save) s->rs1[r] = rs;
+    }
+    block_gemm('N', 'T', n, W, W, 1.f, act1, W, w->w2, W, 0.f, z2, W);
+    for (int64_t i = 0; i < n; ++i) {
+        const float rs = norm_act_row(z2 + i * W, W, w->ln2, eps[3], slope, act2 + i * W,
+                                      save ? s->xh2 + (r0 + i) * W : NULL);
+        if (save) s->rs2[r0 + i] = rs;
+    }
+    for (int64_t i = 0; i < n; ++i) memcpy(out + i * A2, w->b3, sizeof(float) * (size_t)A2);
+    block_gemm('N', 'T', n, A2, W, 1.f, act2, W, w->w3, W, 1.f, out, A2);
+    if (ga)
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t a = 0; a < A; ++a) sel[(r0 + i) * A + a] = out[i * A2 + a * A + ga[r0 + i]];
+    return 0;
+}
+
+/* block_forward_wp with the paper's width and pieces as constants (the compiler then unrolls the
+ * row loops and drops their remainders: ~2x faster), or as read. */
+static int block_forward(const Dims *d, const Params *w, const Saved *s, const int64_t *oi, const int64_t *gi,
+                         const int64_t *ga, const float *eps, float slope, int save, int64_t b, float *sel) {
+    if (d->W == 64 && d->P == 4) return block_forward_wp(d, w, s, oi, gi, ga, eps, slope, save, b, sel, 64, 4);
+    return block_forward_wp(d, w, s, oi, gi, ga, eps, slope, save, b, sel, d->W, d->P);
+}
+
 /* Q of the rows (oi[r], gi[r]) of the encoded tables x_s [US, DS], x_g [UG, DG]: all of Q after
- * its encoders (rows.py's docstring has the maths).  Writes out [R, A2] into the workspace, and
- * sel [R, A] = the column ga[r] of each row's A × A block when ga is given.  eps: the four
+ * its encoders (rows.py's docstring has the maths).  Writes out [R, A2] into the workspace, or
+ * only sel [R, A] = the column ga[r] of each row's A × A block when ga is given.  eps: the four
  * LayerNorms' eps; seeds / threshold / keep_scale: the branches' dropout; save: keep what the
- * backward needs (keep the maxout's summed pre-activations and the normalized values).
- * Returns 0, -1 for a row index outside the tables, -2 for a goal action outside [0, A),
- * -3 without sgemm_. */
+ * backward needs.  Returns 0, -1 for a row index outside the tables (or no memory for a block
+ * buffer), -2 for a goal action outside [0, A), -3 without sgemm_, -6 for more than MAX_PIECES pieces. */
 int q_net_forward(const int64_t *dims, const float *x_s, const float *x_g, const void *const *params,
                   const int64_t *oi, const int64_t *gi, const int64_t *ga, const float *eps, float slope,
                   const uint64_t *seeds, int threshold, float keep_scale, int save, float *ws, float *sel) {
     const Dims *d = (const Dims *)dims;
     const Params *w = (const Params *)params;
     if (!gemm_ptr) return -3;
+    if (d->P > MAX_PIECES) return -6;
     const int64_t W = d->W, P = d->P, PW = P * W, R = d->R;
     Saved s;
     carve_saved(d, ws, &s);
@@ -460,25 +560,77 @@ int q_net_forward(const int64_t *dims, const float *x_s, const float *x_g, const
      * tables, only the product's per row. */
     gemm('N', 'T', d->US, PW, W, 1.f, s.f_s, W, w->w_m, 3 * W, 0.f, s.pre_s, PW);
     gemm('N', 'T', d->UG, PW, W, 1.f, s.f_g, W, w->w_m + W, 3 * W, 0.f, s.pre_g, PW);
-    rows_product(R, W, oi, gi, s.f_s, s.f_g, s.prod);  /* indices checked above */
-    gemm('N', 'T', R, PW, W, 1.f, s.prod, W, w->w_m + 2 * W, 3 * W, 0.f, s.pre, PW);
-    rows_norm_act(R, W, P, oi, gi, s.pre_s, s.pre_g, save, s.pre, w->ln1, eps[2], slope, s.act1,
-                  save ? s.xh1 : NULL, save ? s.rs1 : NULL);
-    gemm('N', 'T', R, W, W, 1.f, s.act1, W, w->w2, W, 0.f, s.z2, W);
-    rows_norm_act(R, W, 1, NULL, NULL, NULL, NULL, 0, s.z2, w->ln2, eps[3], slope, s.act2, save ? s.xh2 : NULL,
-                  save ? s.rs2 : NULL);
-    for (int64_t r = 0; r < R; ++r) memcpy(s.out + r * d->A2, w->b3, sizeof(float) * (size_t)d->A2);
-    gemm('N', 'T', R, d->A2, W, 1.f, s.act2, W, w->w3, W, 1.f, s.out, d->A2);
-    if (ga)
-        for (int64_t r = 0; r < R; ++r)
-            for (int64_t a = 0; a < d->A; ++a) sel[r * d->A + a] = s.out[r * d->A2 + a * d->A + ga[r]];
+    log_shape('N', 'T', R, PW, W);
+    log_shape('N', 'T', R, W, W);
+    log_shape('N', 'T', R, d->A2, W);
+    const int64_t nb = blocks(R);
+    int status = 0;
+    FOR_BLOCKS(nb, if (block_forward(d, w, &s, oi, gi, ga, eps, slope, save, b, sel)) status = -1);
+    return status;
+}
+
+/* Backward of block b from grad [R, A] (with ga) or [R, A2]: its weight-gradient terms into part,
+ * the rows' gradients at the maxout and at the product into the temporaries. */
+static inline __attribute__((always_inline)) int block_backward_wp(
+        const Dims *d, const Params *w, const Saved *s, const Temps *t, const int64_t *oi, const int64_t *gi,
+        const int64_t *ga, float slope, const float *grad, int64_t b, const int64_t W, const int64_t P) {
+    const int64_t PW = P * W, A2 = d->A2, A = d->A, r0 = b * BLOCK;
+    const int64_t n = d->R - r0 < BLOCK ? d->R - r0 : BLOCK;
+    float *buf = block_buffer((size_t)(BLOCK * (A2 + 6 * W)));
+    if (!buf) return -1;
+    float *g_out = buf, *act2 = g_out + BLOCK * A2, *g_act2 = act2 + BLOCK * W, *g_z2 = g_act2 + BLOCK * W,
+          *act1 = g_z2 + BLOCK * W, *g_act1 = act1 + BLOCK * W, *prod = g_act1 + BLOCK * W;
+    Part part;
+    carve_part(d, t->parts + b * part_size(d), &part);
+    const float *go = grad + r0 * A2;
+    if (ga) {  /* only each row's goal-action column carries a gradient */
+        memset(g_out, 0, sizeof(float) * (size_t)(n * A2));
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t a = 0; a < A; ++a) g_out[i * A2 + a * A + ga[r0 + i]] = grad[(r0 + i) * A + a];
+        go = g_out;
+    }
+    /* head: out = act2 w3ᵀ + b3 */
+    recompute_act(n, W, s->xh2 + r0 * W, w->ln2, slope, act2);
+    block_gemm('T', 'N', A2, W, n, 1.f, go, A2, act2, W, 0.f, part.w3, W);
+    for (int64_t j = 0; j < A2; ++j) part.b3[j] = 0.f;
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < A2; ++j) part.b3[j] += go[i * A2 + j];
+    block_gemm('N', 'N', n, W, A2, 1.f, go, A2, w->w3, W, 0.f, g_act2, W);
+    for (int64_t u = 0; u < W; ++u) part.ln2[u] = part.ln1[u] = 0.f;
+    for (int64_t i = 0; i < n; ++i)
+        norm_act_row_backward(g_act2 + i * W, s->xh2 + (r0 + i) * W, s->rs2[r0 + i], W, w->ln2, slope, part.ln2,
+                              g_z2 + i * W);
+    recompute_act(n, W, s->xh1 + r0 * W, w->ln1, slope, act1);
+    block_gemm('T', 'N', W, W, n, 1.f, g_z2, W, act1, W, 0.f, part.w2, W);
+    block_gemm('N', 'N', n, W, W, 1.f, g_z2, W, w->w2, W, 0.f, g_act1, W);
+    /* LayerNorm, then the maxout: the gradient goes to the piece(s) that attained the max */
+    float *g_pre = t->g_pre + r0 * PW;
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t r = r0 + i;
+        float gh[W];
+        norm_act_row_backward(g_act1 + i * W, s->xh1 + r * W, s->rs1[r], W, w->ln1, slope, part.ln1, gh);
+        const uint8_t *win = s->win + r * W;
+        float *o = g_pre + i * PW;
+        for (int64_t p = 0; p < P; ++p)
+            for (int64_t u = 0; u < W; ++u) o[p * W + u] = (float)((win[u] >> p) & 1) * gh[u];
+    }
+    /* maxout map: the product's per row (the tables' through the gathers, after the blocks) */
+    block_product(r0, n, W, oi, gi, s->f_s, s->f_g, prod);
+    block_gemm('T', 'N', PW, W, n, 1.f, g_pre, PW, prod, W, 0.f, part.w_mp, W);
+    block_gemm('N', 'N', n, W, PW, 1.f, g_pre, PW, w->w_m + 2 * W, 3 * W, 0.f, t->g_prod + r0 * W, W);
     return 0;
+}
+
+static int block_backward(const Dims *d, const Params *w, const Saved *s, const Temps *t, const int64_t *oi,
+                          const int64_t *gi, const int64_t *ga, float slope, const float *grad, int64_t b) {
+    if (d->W == 64 && d->P == 4) return block_backward_wp(d, w, s, t, oi, gi, ga, slope, grad, b, 64, 4);
+    return block_backward_wp(d, w, s, t, oi, gi, ga, slope, grad, b, d->W, d->P);
 }
 
 /* Backward of q_net_forward (save = 1, same arguments) from grad [R, A] (with ga) or [R, A2]:
  * the weight gradients into the flat g_params (QParams' order and shapes), the tables' into
  * g_x_s / g_x_g where not NULL.  tmp: q_workspace(dims, 1) floats.  Returns 0, -1 (out of
- * memory for partial sums) or -3 (no sgemm_). */
+ * memory for partial sums or block buffers) or -3 (no sgemm_). */
 int q_net_backward(const int64_t *dims, const float *x_s, const float *x_g, const void *const *params,
                    const int64_t *oi, const int64_t *gi, const int64_t *ga, float slope, const uint64_t *seeds,
                    int threshold, float keep_scale, float *ws, const float *grad, float *tmp, float *g_params,
@@ -498,25 +650,29 @@ int q_net_backward(const int64_t *dims, const float *x_s, const float *x_g, cons
           *g_w2 = g_params + off[6], *g_ln2 = g_params + off[7], *g_w3 = g_params + off[8],
           *g_b3 = g_params + off[9];
     memset(g_params, 0, sizeof(float) * (size_t)off[10]);
-    const float *g_out = grad;
-    if (ga) {  /* only each row's goal-action column carries a gradient */
-        memset(t.g_out, 0, sizeof(float) * (size_t)(R * A2));
-        for (int64_t r = 0; r < R; ++r)
-            for (int64_t a = 0; a < d->A; ++a) t.g_out[r * A2 + a * d->A + ga[r]] = grad[r * d->A + a];
-        g_out = t.g_out;
+    log_shape('T', 'N', A2, W, R); log_shape('N', 'N', R, W, A2);
+    log_shape('T', 'N', W, W, R); log_shape('N', 'N', R, W, W);
+    log_shape('T', 'N', PW, W, R); log_shape('N', 'N', R, W, PW);
+    const int64_t nb = blocks(R);
+    int status = 0;
+    FOR_BLOCKS(nb, if (block_backward(d, w, &s, &t, oi, gi, ga, slope, grad, b)) status = -1);
+    if (status) return status;
+    /* the blocks' weight-gradient terms, in block order (each element's sum in a fixed order) */
+    const int64_t ps = part_size(d);
+    #pragma omp parallel for schedule(static) if (nb * ps >= 65536)
+    for (int64_t e = 0; e < ps; ++e) {
+        float acc = 0.f;
+        for (int64_t b = 0; b < nb; ++b) acc += t.parts[b * ps + e];
+        /* Part's layout: w3, b3, w2, ln2, ln1, w_mp */
+        const int64_t ib3 = A2 * W, iw2 = ib3 + A2, iln2 = iw2 + W * W, iln1 = iln2 + W, imp = iln1 + W;
+        if (e < ib3) g_w3[e] = acc;
+        else if (e < iw2) g_b3[e - ib3] = acc;
+        else if (e < iln2) g_w2[e - iw2] = acc;
+        else if (e < iln1) g_ln2[e - iln2] = acc;
+        else if (e < imp) g_ln1[e - iln1] = acc;
+        else g_w_m[((e - imp) / W) * 3 * W + 2 * W + (e - imp) % W] = acc;
     }
-    /* head: out = act2 w3ᵀ + b3 */
-    gemm('T', 'N', A2, W, R, 1.f, g_out, A2, s.act2, W, 0.f, g_w3, W);
-    for (int64_t r = 0; r < R; ++r)
-        for (int64_t j = 0; j < A2; ++j) g_b3[j] += g_out[r * A2 + j];
-    gemm('N', 'N', R, W, A2, 1.f, g_out, A2, w->w3, W, 0.f, t.g_act2, W);
-    if (rows_norm_act_backward(R, W, 1, t.g_act2, s.xh2, s.rs2, NULL, w->ln2, slope, t.g_z2, g_ln2)) return -1;
-    gemm('T', 'N', W, W, R, 1.f, t.g_z2, W, s.act1, W, 0.f, g_w2, W);
-    gemm('N', 'N', R, W, W, 1.f, t.g_z2, W, w->w2, W, 0.f, t.g_act1, W);
-    if (rows_norm_act_backward(R, W, P, t.g_act1, s.xh1, s.rs1, s.pre, w->ln1, slope, t.g_pre, g_ln1)) return -1;
-    /* maxout: the product's map per row, the tables' maps through the gathers */
-    gemm('T', 'N', PW, W, R, 1.f, t.g_pre, PW, s.prod, W, 0.f, g_w_m + 2 * W, 3 * W);
-    gemm('N', 'N', R, W, PW, 1.f, t.g_pre, PW, w->w_m + 2 * W, 3 * W, 0.f, t.g_prod, W);
+    /* the tables: through the row gathers, then their maxout maps and the branches */
     memset(t.g_pre_s, 0, sizeof(float) * (size_t)(d->US * PW));
     memset(t.g_pre_g, 0, sizeof(float) * (size_t)(d->UG * PW));
     memset(t.g_f_s, 0, sizeof(float) * (size_t)(d->US * W));
@@ -526,7 +682,6 @@ int q_net_backward(const int64_t *dims, const float *x_s, const float *x_g, cons
     gemm('T', 'N', PW, W, d->UG, 1.f, t.g_pre_g, PW, s.f_g, W, 0.f, g_w_m + W, 3 * W);
     gemm('N', 'N', d->US, W, PW, 1.f, t.g_pre_s, PW, w->w_m, 3 * W, 1.f, t.g_f_s, W);
     gemm('N', 'N', d->UG, W, PW, 1.f, t.g_pre_g, PW, w->w_m + W, 3 * W, 1.f, t.g_f_g, W);
-    /* branches */
     if (branch_backward(d->US, W, t.g_f_s, s.xh_s, s.rs_s, w->ln_s, seeds[0], threshold, keep_scale, t.g_h_s,
                         g_ln_s)) return -1;
     if (branch_backward(d->UG, W, t.g_f_g, s.xh_g, s.rs_g, w->ln_g, seeds[1], threshold, keep_scale, t.g_h_g,

@@ -48,22 +48,26 @@ _OPENMP = (("-fopenmp",) if sys.platform.startswith("linux")
            and "parallel backend: OpenMP" in torch.__config__.parallel_info() else ())
 
 
-def _torch_sgemm() -> int:
-    """Address of the Fortran BLAS ``sgemm_`` in the loaded ``libtorch_cpu`` (what ``torch.mm`` runs on CPU).
+def _torch_blas() -> tuple[int, int | None]:
+    """Addresses of the Fortran BLAS ``sgemm_`` in the loaded ``libtorch_cpu`` (what ``torch.mm`` runs on CPU)
+    and of MKL's ``MKL_Set_Num_Threads_Local`` (None where the BLAS is not MKL).
 
     Raises:
-        NativeError: this torch build exports none.
+        NativeError: this torch build exports no ``sgemm_``.
     """
-    for lib in sorted((Path(torch.__file__).parent / "lib").glob("libtorch_cpu.*")):
+    for path in sorted((Path(torch.__file__).parent / "lib").glob("libtorch_cpu.*")):
         try:
-            return ctypes.cast(ctypes.CDLL(str(lib)).sgemm_, ctypes.c_void_p).value
+            lib = ctypes.CDLL(str(path))
+            gemm = ctypes.cast(lib.sgemm_, ctypes.c_void_p).value
         except (OSError, AttributeError):
             continue
+        local = getattr(lib, "MKL_Set_Num_Threads_Local", None)  # the C interface (the lower-case names are Fortran's)
+        return gemm, None if local is None else ctypes.cast(local, ctypes.c_void_p).value
     raise NativeError("this torch build exports no BLAS sgemm_ from libtorch_cpu (the Q network's C path needs it)")
 
 
 def _init(lib: ctypes.CDLL) -> None:
-    lib.rows_set_gemm(_torch_sgemm())
+    lib.rows_set_gemm(*_torch_blas())
 
 
 _LOSSES = Path(__file__).parent.parent / "losses"
@@ -74,7 +78,7 @@ LIBRARY = NativeLibrary(
         "q_loss_workspace": ([_p], _i64),
         "q_loss": ([_p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _p, _f32, _p, _int, _f32, _p, _p, _p,
                     _p, _int, _p, _p, _p], _int),
-        "rows_set_gemm": ([_p], None),
+        "rows_set_gemm": ([_p, _p], None),
         "rows_gemm_time": ([ctypes.POINTER(_f64), ctypes.POINTER(_i64), _int], None),
         "rows_gemm_log": ([_int, _p], _int),
         "q_workspace": ([_p, _int], _i64),
@@ -99,7 +103,8 @@ def native_rows_available() -> bool:
 
 def gemm_time(reset: bool = False) -> tuple[float, int]:
     """Seconds spent in ``sgemm_`` by this module's forwards and backwards, and the number of calls,
-    since the last reset (process-wide counters; ``reset`` clears them after reading)."""
+    since the last reset (process-wide counters; ``reset`` clears them after reading). Products that
+    row blocks run on several threads at once count their thread-seconds over those threads."""
     seconds, calls = _f64(), _i64()
     LIBRARY.load().rows_gemm_time(ctypes.byref(seconds), ctypes.byref(calls), int(reset))
     return seconds.value, calls.value
@@ -262,6 +267,8 @@ class _Call:
             raise IndexError(f"row index out of range: tables of {self.x_s.shape[0]} states and {self.x_g.shape[0]} goals")
         if status == -2:
             raise IndexError(f"a goal action is outside [0, {self.num_actions})")
+        if status == -6:
+            raise ValueError(f"the C path of Q takes at most 8 maxout pieces, got {cfg.pieces}")
         if status:
             raise NativeError("the Q network's C path has no sgemm_")
         if save:
