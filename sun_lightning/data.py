@@ -144,11 +144,12 @@ class ExplorationDataModule(pl.LightningDataModule):
         credit = 0.0
         learns = self.selector.learns and self.updates_per_frame > 0
         for batch in self.collector:
-            step = batch.reshape(-1)
-            self.storage.extend(_transitions(step))
+            step = _flat_step(batch)
+            self.storage.extend(step)
             self._learner.observe(step[keys.OBS])
             self.window.update(step)
-            self.frames += step.numel()
+            frames = batch.numel()
+            self.frames += frames
             for listener in self.frame_listeners:
                 listener(self.frames)
             if self.frames >= self.warmup_frames:
@@ -161,7 +162,7 @@ class ExplorationDataModule(pl.LightningDataModule):
                     self.transform.active = True
                 if learns:
                     # One update per frame collected after the warm-up.
-                    credit += min(step.numel(), self.frames - self.warmup_frames) * self.updates_per_frame
+                    credit += min(frames, self.frames - self.warmup_frames) * self.updates_per_frame
                     scale = self.storage.scale()
                     updates = int(credit)
                     credit -= updates
@@ -193,17 +194,25 @@ def _identity(batch: list[TensorDict]) -> list[TensorDict]:
     return batch
 
 
-def _transitions(step: TensorDict) -> dict[str, torch.Tensor]:
-    """The entries the replay storage keeps from one collected vector step (a plain dict: the storage
-    copies them at once, so a TensorDict's checks on construction would be spent for nothing)."""
-    nxt = step[keys.NEXT]
-    return {
-        keys.OBS: step[keys.OBS],
-        keys.ACTION: step[keys.ACTION],
-        keys.NEXT_OBS: nxt[keys.OBS],
-        keys.TERMINATED: nxt[keys.TERMINATED].reshape(-1),
-        keys.EPISODE_END: nxt[keys.DONE].reshape(-1),
-    }
+#: What the loop reads of a collected vector step: the replay storage's entries (``STORED_KEYS``), then
+#: the goal transform's bookkeeping (absent for learners without goals).
+_STEP_KEYS = {keys.OBS: keys.OBS, keys.ACTION: keys.ACTION, keys.NEXT_OBS: keys.NEXT_OBS,
+              keys.TERMINATED: (keys.NEXT, keys.TERMINATED), keys.EPISODE_END: (keys.NEXT, keys.DONE)}
+_GOAL_KEYS = {keys.GOAL_SELECTED: keys.GOAL_SELECTED, keys.GOAL_RESELECTED: keys.GOAL_RESELECTED,
+              keys.RANDOM_PHASE: keys.RANDOM_PHASE, keys.GOAL_REACHED: (keys.NEXT, keys.GOAL_REACHED),
+              keys.GOAL_STEPS: (keys.NEXT, keys.GOAL_STEPS)}
+
+
+def _flat_step(batch: TensorDict) -> dict[str, torch.Tensor]:
+    """The keys the loop reads of a collected vector step, each flattened to ``[frames, ...]`` (a plain
+    dict: reshaping the whole TensorDict, nested keys and all, cost more than the rest of the loop's
+    bookkeeping; the storage copies what it keeps at once)."""
+    lead = batch.batch_dims
+    out = {name: batch.get(key).flatten(0, lead - 1) for name, key in _STEP_KEYS.items()}
+    out[keys.TERMINATED], out[keys.EPISODE_END] = out[keys.TERMINATED].reshape(-1), out[keys.EPISODE_END].reshape(-1)
+    if keys.GOAL_SELECTED in batch.keys():
+        out.update((name, batch.get(key).reshape(-1)) for name, key in _GOAL_KEYS.items())
+    return out
 
 
 class CollectionStats:
@@ -216,18 +225,24 @@ class CollectionStats:
         self.frames = self.episodes = self.selected = self.reselected = self.reached = 0
         self.steps_to_goal = self.random_frames = 0
 
-    def update(self, step: TensorDict) -> None:
-        nxt = step[keys.NEXT]
-        self.frames += step.numel()
-        self.episodes += int(nxt[keys.DONE].sum())
-        if keys.GOAL_SELECTED not in step.keys():
+    def update(self, step: dict[str, torch.Tensor]) -> None:
+        """Count one vector step (``_flat_step``'s keys)."""
+        self.frames += step[keys.EPISODE_END].numel()
+        if keys.GOAL_SELECTED not in step:
+            self.episodes += int(step[keys.EPISODE_END].sum())
             return
-        reached = nxt[keys.GOAL_REACHED]
-        self.selected += int(step[keys.GOAL_SELECTED].sum())
-        self.reselected += int(step[keys.GOAL_RESELECTED].sum())
-        self.reached += int(reached.sum())
-        self.steps_to_goal += int(nxt[keys.GOAL_STEPS][reached].sum())
-        self.random_frames += int(step[keys.RANDOM_PHASE].sum())
+        reached = step[keys.GOAL_REACHED]
+        # one sum and one read for the six counts (each read of a tensor waits for it)
+        counts = torch.stack([step[keys.EPISODE_END], step[keys.GOAL_SELECTED], step[keys.GOAL_RESELECTED], reached,
+                              step[keys.RANDOM_PHASE]]).sum(1).tolist()
+        counts.append(int(torch.where(reached, step[keys.GOAL_STEPS], 0).sum()))
+        episodes, selected, reselected, hits, random_frames, steps_to_goal = counts
+        self.episodes += episodes
+        self.selected += selected
+        self.reselected += reselected
+        self.reached += hits
+        self.random_frames += random_frames
+        self.steps_to_goal += steps_to_goal
 
     def pop(self) -> dict[str, float]:
         """Window metrics (``explore/goals/...``), then start a new window."""

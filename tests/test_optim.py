@@ -94,3 +94,34 @@ def test_parameters_without_gradient_are_left_alone():
 def test_bad_clip_is_an_error():
     with pytest.raises(ValueError, match="max_grad_norm must be positive"):
         ClippedAdamW([torch.nn.Parameter(torch.zeros(3))], max_grad_norm=0.0)
+
+
+@pytest.mark.parametrize("clip", [1.0, None])
+def test_polyak_step_inside_the_step_equals_one_after_it(clip):
+    from sun_lightning.optim import polyak_
+
+    ours, ref = twins()
+    targets = [torch.randn_like(p) for p in ours]
+    ref_targets = [t.clone() for t in targets]
+    opt = ClippedAdamW(ours, lr=1e-3, weight_decay=0.01, max_grad_norm=clip, polyak=(targets, 0.01))
+    ref_opt = ClippedAdamW(ref, lr=1e-3, weight_decay=0.01, max_grad_norm=clip)
+    g = torch.Generator().manual_seed(2)
+    for _ in range(5):
+        for p, r in zip(ours, ref):
+            p.grad = torch.randn(p.shape, generator=g)
+            r.grad = p.grad.clone()
+        ours[1].grad = ref[1].grad = None  # a parameter without a gradient leaves its target alone
+        opt.step()
+        ref_opt.step()
+        polyak_([t for i, t in enumerate(ref_targets) if i != 1], [r for i, r in enumerate(ref) if i != 1], 0.01)
+    for t, r in zip(targets, ref_targets):
+        torch.testing.assert_close(t, r, rtol=0, atol=1e-7)
+    assert not torch.equal(targets[0], ref_targets[0] * 0)
+
+
+def test_polyak_targets_must_match_the_parameters():
+    ours, _ = twins()
+    with pytest.raises(ValueError, match="one target of its parameter's shape"):
+        ClippedAdamW(ours, polyak=([torch.zeros(3)], 0.01))
+    with pytest.raises(ValueError, match="tau must be in"):
+        ClippedAdamW(ours, polyak=([torch.zeros_like(p) for p in ours], 1.5))

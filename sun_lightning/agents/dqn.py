@@ -131,9 +131,14 @@ class DQNSVF(SVFModule):
 
     # ---- learning ---------------------------------------------------------------------
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        # AdamW with the grad-norm clip inside its step: one C pass for both on CPU (sun_lightning.optim).
+        # AdamW with the grad-norm clip and the target's Polyak step inside its step: one C pass for
+        # all three on CPU (sun_lightning.optim).
         return ClippedAdamW(self.q.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay,
-                            max_grad_norm=self.hparams.grad_clip)
+                            max_grad_norm=self.hparams.grad_clip, polyak=self.polyak_targets())
+
+    def polyak_targets(self) -> tuple[list[torch.Tensor], float]:
+        """The target network's parameters (in the online network's parameter order) and τ, for the optimizer."""
+        return list(self.q_target.parameters()), self.hparams.tau
 
     def loss(self, batch: TensorDict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Huber loss of Q(s_t, a_t, g_t) against Watkins TD(λ) targets over ``[N, T]`` rows, and its
@@ -244,13 +249,15 @@ class DQNSVF(SVFModule):
             self.update(batch)
 
     def update(self, batch: TensorDict) -> None:
-        """One learner update: loss, backward, clipped AdamW step (:class:`ClippedAdamW`), Polyak step of the target."""
+        """One learner update: loss, backward, clipped AdamW step and the target's Polyak step (both in
+        :class:`ClippedAdamW`'s step, unless a subclass's optimizer leaves the Polyak step to :meth:`polyak_update`)."""
         loss, stats = self.loss_and_stats(batch)
         opt = self.optimizers()
         opt.zero_grad(set_to_none=True)
         self.manual_backward(loss)
         opt.step()
-        self.polyak_update()
+        if getattr(opt.optimizer, "polyak", None) is None:
+            self.polyak_update()
         self.updates += 1
         self._accumulate(stats)
 

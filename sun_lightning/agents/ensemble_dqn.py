@@ -222,8 +222,10 @@ class EnsembleDQNSVF(DQNSVF):
         return loss * self.ensemble_size, stats
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        # No global clip in the step: members are clipped one by one (on_before_optimizer_step).
-        return ClippedAdamW(self.q.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        # No global clip in the step: members are clipped one by one (on_before_optimizer_step). The
+        # stacked parameters' Polyak step is every member's (elementwise).
+        return ClippedAdamW(self.q.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay,
+                            polyak=self.polyak_targets())
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Lightning's hook inside ``opt.step()`` of :meth:`DQNSVF.update`: the per-member clip."""

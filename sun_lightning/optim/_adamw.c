@@ -1,7 +1,7 @@
 /* Elementwise passes over lists of float32 parameter tensors, CPU: the learner's step of SPEC §5a
  * ("AdamW lr 1e-3, grad-norm clip 1.0"; gradient-norm clipping and the AdamW step of
  * torch.optim.AdamW, decoupled weight decay, no amsgrad, per element in the operation order of
- * torch's single-tensor AdamW) and the target network's Polyak step.
+ * torch's single-tensor AdamW) and the target network's Polyak step (on its own, or fused into the step).
  * Built without fused multiply-adds (sun_lightning/native.py), like PyTorch's CPU ops.
  */
 #include <stdint.h>
@@ -26,10 +26,12 @@ double sq_norm(int64_t K, const int64_t *numel, float *const *grad) {
 /* One AdamW step of K tensors with their gradients scaled by coef (the clip; 1: none).  step[k] is
  * the tensor's step counter (torch.optim.AdamW's state["step"], a float32 scalar), incremented here;
  * the bias corrections are computed from it in double and rounded once, as torch's Python scalars
- * are: step_size = lr / (1 - b1^step), bc2_sqrt = sqrt(1 - b2^step).  decay = 1 - lr · weight_decay. */
+ * are: step_size = lr / (1 - b1^step), bc2_sqrt = sqrt(1 - b2^step).  decay = 1 - lr · weight_decay.
+ * follow (may be NULL): tensors that then take a Polyak step towards the new parameters,
+ * follow[k] += tau · (param[k] - follow[k]) (lerp_tensors' formula), while those are in cache. */
 void adamw_step(int64_t K, const int64_t *numel, float *const *param, float *const *grad, float *const *exp_avg,
                 float *const *exp_avg_sq, float *const *step, double lr, double beta1, double beta2, float coef,
-                float decay, float eps) {
+                float decay, float eps, float *const *follow, float tau) {
     const float w1 = (float)(1.0 - beta1), b2 = (float)beta2, w2 = (float)(1.0 - beta2);
     for (int64_t k = 0; k < K; ++k) {
         const float count = *step[k] + 1.f;
@@ -45,6 +47,10 @@ void adamw_step(int64_t K, const int64_t *numel, float *const *param, float *con
             m[i] = mi;
             v[i] = vi;
             p[i] = p[i] * decay + (neg_step * mi) / (sqrtf(vi) / b2s + eps);  /* mul_(decay).addcdiv_ */
+        }
+        if (follow) {
+            float *restrict t = follow[k];
+            for (int64_t i = 0; i < numel[k]; ++i) t[i] = t[i] + tau * (p[i] - t[i]);
         }
     }
 }

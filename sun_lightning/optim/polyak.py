@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from sun_lightning.optim.adamw import LIBRARY, native_tensors, pointers, sizes
+from sun_lightning.optim._native import LIBRARY, native_tensors, pointers, sizes
 
 __all__ = ["polyak_"]
 

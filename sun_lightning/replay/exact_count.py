@@ -29,10 +29,11 @@ class ExactCount:
     def insert(self, index: torch.Tensor, x: torch.Tensor, action: torch.Tensor | None = None) -> None:
         """Count entries written at storage positions ``index`` (one-hot goals ``x``, actions)."""
         old = self.keys[index]
-        evicted = old[old >= 0]
-        if evicted.numel():
-            self.table.index_add_(0, evicted, torch.full_like(evicted, -1))
-        self._size += int((old < 0).sum())
+        evicted = old >= 0
+        # Evicted entries' cells lose a visit (fresh positions add 0 to cell 0): no boolean indexing,
+        # which would wait for the mask.
+        self.table.index_add_(0, old.clamp(min=0), evicted.long().neg_())
+        self._size += len(index) - int(evicted.sum())
         key = x.argmax(-1) * self.num_actions + action.long()
         self.keys[index] = key
         self.table.index_add_(0, key, torch.ones_like(key))

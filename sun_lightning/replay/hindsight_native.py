@@ -36,17 +36,19 @@ def applies(storage: GoalReplayStorage) -> bool:
     """Whether the kernel serves ``storage``: on CPU, discrete actions with the exact or radius reach
     rule, the stored dtypes it reads (float32 observations, int64 actions, bool flags, one row per
     entry), and the library builds (warns once if not)."""
-    space = storage.space
-    if storage.device.type != "cpu" or not space.discrete or space.reach not in ("exact", "radius"):
-        return False
     table = storage.table()
-    if table is None:
-        return False
-    for name, dtype in _COLUMNS.items():
+    cached = getattr(storage, "_hindsight_native", None)  # (table, answer): columns are allocated once, at the first write
+    if cached is not None and cached[0] is table:
+        return cached[1]
+    space = storage.space
+    ok = storage.device.type == "cpu" and space.discrete and space.reach in ("exact", "radius") and table is not None
+    for name, dtype in _COLUMNS.items() if ok else ():
         column = table.get(name)
         if column.dtype != dtype or column.dim() != (2 if dtype is torch.float32 else 1) or not column.is_contiguous():
-            return False
-    return LIBRARY.available("Falling back to the tensor path of SegmentedHindsightSampler.")
+            ok = False
+    ok = ok and LIBRARY.available("Falling back to the tensor path of SegmentedHindsightSampler.")
+    storage._hindsight_native = (table, ok)
+    return ok
 
 
 @torch.no_grad()
