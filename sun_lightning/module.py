@@ -47,10 +47,15 @@ class SVFModule(pl.LightningModule):
         raise NotImplementedError
 
     def goal_and_action_values(
-        self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None
+        self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None,
+        goal_keys: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """:meth:`goal_values`, and the values :meth:`act` would read for acting towards each candidate
-        ``[B, K, |A|]`` from the same evaluation (``None`` where the learner has none, e.g. continuous actions)."""
+        ``[B, K, |A|]`` from the same evaluation (``None`` where the learner has none, e.g. continuous actions).
+
+        ``goal_keys [B, K]`` (optional): integers equal exactly where the candidates' goal projections are
+        (the replay storage's ``goal_keys``); a learner may use them to evaluate each distinct goal once.
+        """
         return self.goal_values(obs, goal, goal_action), None
 
     def pop_train_metrics(self) -> dict[str, float]:

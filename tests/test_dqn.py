@@ -215,3 +215,24 @@ def test_goal_values_come_with_the_acting_values_of_each_candidate():
     torch.testing.assert_close(values, acting.amax(-1))
     for k in range(5):  # what act() would read for candidate k
         torch.testing.assert_close(acting[:, k], module.action_values(obs, goal[:, k], goal_action[:, k]))
+
+
+def test_goal_keys_evaluate_each_distinct_goal_once_with_the_same_values():
+    torch.manual_seed(0)
+    module = DQNSVF(SPACE, init_std=0.3)
+    tiles = torch.randint(0, 5, (3, 40))  # 40 candidates per state over 5 tiles: many repeats
+    goal = torch.eye(SPACE.obs_dim)[tiles]
+    obs = torch.eye(SPACE.obs_dim)[torch.tensor([7, 8, 7])]
+    goal_action = torch.randint(0, 4, (3, 40))
+    from sun_lightning.networks import rows
+
+    rows.gemm_time(reset=True)
+    rows.gemm_shapes(record=True)
+    values, acting = module.goal_and_action_values(obs, goal, goal_action, goal_keys=tiles)
+    shapes = rows.gemm_shapes(record=False)
+    ref_values, ref_acting = module.goal_and_action_values(obs, goal, goal_action)
+    torch.testing.assert_close(values, ref_values, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(acting, ref_acting, rtol=1e-5, atol=1e-6)
+    # the rows' products ran on one row per distinct (state, tile), not on 120
+    distinct = sum(len(set(t.tolist())) for t in tiles)
+    assert (False, True, distinct, 256, 64) in shapes

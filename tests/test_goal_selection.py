@@ -150,7 +150,7 @@ class TableQLearner(TableLearner):
     def q(self, obs, goal):  # obs [B, D], goal [B, K, G] -> [B, K, A]
         return self.table[obs.argmax(-1).unsqueeze(-1), goal.argmax(-1)].unsqueeze(-1) * self.preference
 
-    def goal_and_action_values(self, obs, goal, goal_action):
+    def goal_and_action_values(self, obs, goal, goal_action, goal_keys=None):
         q = self.q(obs, goal)
         return q.amax(-1), q
 

@@ -120,13 +120,30 @@ class DQNSVF(SVFModule):
 
     @torch.no_grad()
     def goal_and_action_values(
-        self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None
+        self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None,
+        goal_keys: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """V(s, g) = max_a Q(s, a, g_s, g_a) ``[B, K]`` and Q(s, ·, g_s, g_a) ``[B, K, |A|]`` (SPEC §3)."""
+        """V(s, g) = max_a Q(s, a, g_s, g_a) ``[B, K]`` and Q(s, ·, g_s, g_a) ``[B, K, |A|]`` (SPEC §3).
+
+        With ``goal_keys``, each (state, distinct goal projection) is one row of Q, whose |A| × |A|
+        outputs serve all of that goal's candidates whatever their goal actions: candidates drawn from
+        a gridworld's replay storage repeat tiles, so selection evaluates ~4x fewer rows.
+        """
         b, k = goal.shape[:2]
-        # Each state's branch runs once for its K candidates.
-        state_index = torch.arange(b, device=obs.device).repeat_interleave(k)
-        q = self.q(obs, goal.flatten(0, 1), obs_index=state_index, goal_action=goal_action.flatten()).view(b, k, -1)
+        if goal_keys is None:
+            # Each state's branch runs once for its K candidates.
+            state_index = torch.arange(b, device=obs.device).repeat_interleave(k)
+            q = self.q(obs, goal.flatten(0, 1), obs_index=state_index, goal_action=goal_action.flatten())
+            q = q.view(b, k, -1)
+            return q.amax(-1), q
+        span = int(goal_keys.max()) + 1
+        key = (goal_keys + span * torch.arange(b, device=goal_keys.device).unsqueeze(1)).flatten()
+        distinct, inverse = torch.unique(key, return_inverse=True)
+        # one candidate of each distinct (state, goal): equal keys have equal goals, so any of them
+        first = torch.empty_like(distinct).scatter_(0, inverse, torch.arange(b * k, device=key.device))
+        full = self.q(obs, goal.flatten(0, 1).index_select(0, first), obs_index=torch.div(first, k, rounding_mode="floor"))
+        a = full.shape[-1]
+        q = full.index_select(0, inverse).gather(-1, goal_action.reshape(-1, 1, 1).expand(-1, a, 1)).view(b, k, a)
         return q.amax(-1), q
 
     # ---- learning ---------------------------------------------------------------------

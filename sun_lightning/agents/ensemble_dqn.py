@@ -138,10 +138,11 @@ class EnsembleDQNSVF(DQNSVF):
 
     @torch.no_grad()
     def goal_and_action_values(
-        self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None
+        self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None,
+        goal_keys: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """V_i(s, g) = max_a Q_i(s, a, g_s, g_a) of every member ``[E, B, K]`` (SPEC §3), and the pessimistic
-        acting values min_i Q_i(s, ·, g_s, g_a) ``[B, K, |A|]``."""
+        acting values min_i Q_i(s, ·, g_s, g_a) ``[B, K, |A|]`` (``goal_keys`` unused)."""
         b, k = goal.shape[:2]
         q = self.members_forward(self.q, obs.unsqueeze(1).expand(b, k, obs.shape[-1]), goal, shared_inputs=True)
         q = _at_goal_action(q, goal_action)  # [E, B, K, A]

@@ -160,7 +160,7 @@ class GoalSelectionTransform(Transform):
             if goal_actions is not None:
                 goal_actions = torch.cat([goal_actions, self.goal_action[envs, None]], 1)
             counts = torch.cat([counts, self.storage.counts(self.goal_index[envs, None])], 1)
-        values, acting = self._values(obs[envs], goals, goal_actions)
+        values, acting = self._values(obs[envs], goals, goal_actions, self.storage.goal_keys(index))
         scores = self.selector.score(values, counts)
         if incumbent is not None:
             scores[:, -1] = torch.where(incumbent[envs], scores[:, -1], -torch.inf)
@@ -185,16 +185,19 @@ class GoalSelectionTransform(Transform):
         self.flags[keys.GOAL_SELECTED][envs] = True
 
     def _values(
-        self, obs: torch.Tensor, goals: torch.Tensor, goal_actions: torch.Tensor | None
+        self, obs: torch.Tensor, goals: torch.Tensor, goal_actions: torch.Tensor | None,
+        goal_keys: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """V(s, g) of candidates ``[B, K]`` (``[E, B, K]``) and the acting values towards each ``[B, K, |A|]`` (or None)."""
+        """V(s, g) of candidates ``[B, K]`` (``[E, B, K]``) and the acting values towards each ``[B, K, |A|]`` (or
+        None); ``goal_keys`` (storage.goal_keys) lets the learner evaluate each distinct goal once."""
         learner = self.learner
         device = learner.device
         ga = goal_actions.to(device) if goal_actions is not None else None
         evaluate = getattr(learner, "goal_and_action_values", None)
         if evaluate is None:  # a learner with goal values only
             return learner.goal_values(obs.to(device), goals.to(device), ga).cpu(), None
-        values, acting = evaluate(obs.to(device), goals.to(device), ga)
+        keys_ = None if goal_keys is None else goal_keys.to(device)
+        values, acting = evaluate(obs.to(device), goals.to(device), ga, goal_keys=keys_)
         return values.cpu(), None if acting is None else acting.cpu()
 
     def _current_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -105,6 +105,11 @@ class GoalReplayStorage:
             out[name] = column.index_select(0, flat).view(*index.shape, *column.shape[1:])
         return TensorDict(out, batch_size=index.shape)
 
+    def goal_keys(self, index: torch.Tensor) -> torch.Tensor | None:
+        """An integer per entry at ``index`` that is equal exactly where the entries' goal projections are
+        (their tiles, on exact spaces), or ``None`` where the storage has none (continuous goals)."""
+        return None if self.tiles is None else self.tiles[index]
+
     def counts(self, index: torch.Tensor) -> torch.Tensor:
         """Pseudocounts n of the entries at ``index``, O(1)."""
         return self.pseudocount.counts(index.reshape(-1)).reshape(index.shape)
