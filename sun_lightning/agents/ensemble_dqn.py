@@ -22,12 +22,14 @@ from functools import partial
 import torch
 from tensordict import TensorDict
 from torch import nn
+from torch.nn import functional as F
 from torch.func import functional_call
 
 from sun_lightning import keys
 from sun_lightning.agents.dqn import DQNSVF, QFunction
 from sun_lightning.envs.registry import GoalSpace
-from sun_lightning.networks.rows import native_rows_available
+from sun_lightning.losses import q_loss_native
+from sun_lightning.networks.rows import QParams, native_rows_available
 from sun_lightning.optim import ClippedAdamW
 
 
@@ -215,11 +217,41 @@ class EnsembleDQNSVF(DQNSVF):
         out[order] = q.flatten(0, 1)[slot]
         return out if goal_action is None else _at_goal_action(out, goal_action)
 
-    def loss_and_stats(self, batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
-        """Σ_e of member e's mean Huber loss on its own batch; statistics are member averages."""
-        loss, stats = self.td_loss(batch)
-        # DQNSVF.loss averages over all E·N·T rows, i.e. (1/E) Σ_e L_e: scaled
-        # back, each member's gradient is exactly that of its own loss.
+    def loss_and_stats(
+        self, batch: TensorDict, target_index: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Σ_e of member e's mean Huber loss on its own batch; statistics are member averages.
+
+        Member e bootstraps from target network ``target_index[e]`` (drawn uniformly when None). On CPU
+        with the C kernels and identity encoders each member's loss is the single critic's one-call loss
+        (:mod:`~sun_lightning.losses.q_loss_native`) on its slice of the stacked weights; elsewhere
+        :meth:`td_targets` over the merged batches (the reference; the same maths).
+        """
+        if batch.batch_dims != 1 or batch.batch_size[0] != self.ensemble_size:
+            raise ValueError(f"EnsembleDQNSVF needs one batch per member stacked as [{self.ensemble_size}], got "
+                             f"{tuple(batch.batch_size)}")
+        if target_index is None:
+            target_index = self.draw_target_index(batch[keys.ACTION].device)
+        hp = self.hparams
+        states, goals = batch[keys.STATES], batch[keys.GOALS]
+        if (hp.native_rows and self.obs_stats is None and self.q.uses_native_rows(states[0], goals[0])
+                and batch[keys.ACTION].device.type == "cpu"):
+            online, target = self.q.native_params(), self.q_target.native_params()
+            losses, stats = [], []
+            for e, j in enumerate(target_index.tolist()):
+                member = batch[e]
+                loss, stat = q_loss_native.q_loss(
+                    states[e], goals[e], states[e], goals[e], QParams(*(p[e] for p in online)),
+                    QParams(*(p[j] for p in target)), self.q.native_config(True), member, hp.gamma, hp.lam,
+                    hp.bootstrap_clip, 1.0 - hp.gamma, hp.huber_delta)
+                losses.append(loss)
+                stats.append(stat)
+            return torch.stack(losses).sum(), torch.stack(stats).mean(0)
+        q_taken, target, cont = self.td_targets(batch, target_index=target_index)
+        # F.huber_loss averages over all E·N·T rows, i.e. (1/E) Σ_e L_e: scaled back, each member's
+        # gradient is exactly that of its own loss.
+        loss = F.huber_loss(q_taken, target, delta=hp.huber_delta)
+        stats = torch.stack([loss.detach(), q_taken.detach().mean(), target.mean(), cont.float().mean()])
         return loss * self.ensemble_size, stats
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
