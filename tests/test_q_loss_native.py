@@ -1,4 +1,4 @@
-"""The DQN variant's loss as one C call each way (``losses/q_loss_native.py``) against the reference
+"""The DQN variant's loss and its gradient in one C call (``losses/q_loss_native.py``) against the reference
 ``DQNSVF.td_loss`` (``td_targets`` + ``F.huber_loss``): loss, statistics and every gradient."""
 
 from __future__ import annotations

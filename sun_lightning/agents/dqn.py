@@ -166,7 +166,7 @@ class DQNSVF(SVFModule):
     def loss_and_stats(self, batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`loss` with its statistics as one detached vector ``[len(TRAIN_STATS)]``.
 
-        On CPU with the C kernels the whole loss is one autograd node of one C call each way
+        On CPU with the C kernels the whole loss is one autograd node, computed with its gradient in one C call
         (:mod:`~sun_lightning.losses.q_loss_native`); elsewhere :meth:`td_targets` and ``F.huber_loss``
         (the reference; the same maths).
         """

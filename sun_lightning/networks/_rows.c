@@ -150,7 +150,7 @@ static void add_partials(float *part, int64_t C, int64_t W, float *restrict grad
     free(part);
 }
 
-/* Backward of the row gathers (rows_product's products, rows_norm_act's table terms),
+/* Backward of the row gathers (block_product's products, maxout_row's table terms),
  * accumulated into zeroed tables:
  * g_pre_s[oi[r]] += grad_pre[r], g_pre_g[gi[r]] += grad_pre[r],
  * g_f_s[oi[r]] += grad_prod[r] · f_g[gi[r]], g_f_g[gi[r]] += grad_prod[r] · f_s[oi[r]].

@@ -3,13 +3,16 @@
 On CPU an update of the DQN variant (SPEC §5a: 2 048 rows, width 64, 4 maxout pieces) spent
 more time in memory-bound passes over ``[rows, 4 · width]`` tensors (row gathers and their
 scatter-add backward, the maxout's max and mask, LayerNorms, activations) and in the dispatch of
-small ops, kernel calls and their Python glue than in its matrix products. Here every such pass is
-one C loop over rows (``_rows.c``, built on first use by :mod:`sun_lightning.native`, run on torch's
-OpenMP threads), and the whole network (branches, tables, rows, the goal action's columns, and
-every matrix product) is one C call forward and one backward (written out by hand), inside one
-autograd node. The matrix products call the BLAS ``sgemm_`` that ``torch.mm`` itself runs on CPU
-(MKL in the official wheels), looked up in the already loaded ``libtorch_cpu``; the time spent in
-it is counted (:func:`gemm_time`) so that benchmarks can compare an update with its matrix products.
+small ops, kernel calls and their Python glue than in its matrix products. Here the whole network
+(branches, tables, rows, the goal action's columns, and every matrix product) is one C call forward
+and one backward (written out by hand, ``_rows.c``, built on first use by :mod:`sun_lightning.native`),
+inside one autograd node; the rows go in blocks of 128 spread over torch's OpenMP threads, each
+block's passes in a buffer of its thread that stays in L2 (see ``_rows.c``). The matrix products
+call the BLAS ``sgemm_`` that ``torch.mm`` itself runs on CPU (MKL in the official wheels), looked
+up in the already loaded ``libtorch_cpu``; the time spent in it is counted (:func:`gemm_time`) and
+the products' shapes can be recorded (:func:`gemm_shapes`) so that benchmarks can compare an update
+with its matrix products. The DQN loss calls the same C functions from its own single C call
+(:mod:`sun_lightning.losses.q_loss_native`).
 
 The maths is exactly the :class:`~sun_lightning.networks.q_network.GoalQNetwork` PyTorch path:
 branches ``f = SiLU(dropout(LN(x Wᵀ)))``; rows ``pre = pre_s[oi] + pre_g[gi] + (f_s[oi] ⊙ f_g[gi]) W_pᵀ``;
@@ -212,7 +215,7 @@ class _Buffers(threading.local):
 
 
 _BUFFERS = _Buffers()
-_POOL_SIZE = 8  # workspaces kept for reuse (an ensemble update holds one per member until its backward)
+_POOL_SIZE = 8  # workspaces kept for reuse (several forwards may await their backwards at once)
 
 
 def scratch_buffer(floats: int) -> torch.Tensor:
