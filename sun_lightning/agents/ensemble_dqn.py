@@ -26,7 +26,7 @@ from torch.nn import functional as F
 from torch.func import functional_call
 
 from sun_lightning import keys
-from sun_lightning.agents.dqn import DQNSVF, QFunction
+from sun_lightning.agents.dqn import DQNSVF
 from sun_lightning.envs.registry import GoalSpace
 from sun_lightning.losses import q_loss_native
 from sun_lightning.networks.rows import QParams, native_rows_available
