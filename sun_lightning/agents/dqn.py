@@ -17,6 +17,7 @@ from sun_lightning.losses.td_lambda import double_q_bootstrap, greedy_within, wa
 from sun_lightning.module import SVFModule
 from sun_lightning.networks.encoders import RunningMeanStd, StandardizedRBF
 from sun_lightning.networks.q_network import GoalQNetwork
+from sun_lightning.networks.rows import QParams
 from sun_lightning.optim import ClippedAdamW, polyak_
 
 QFunction = Callable[..., torch.Tensor]
@@ -141,7 +142,8 @@ class DQNSVF(SVFModule):
         distinct, inverse = torch.unique(key, return_inverse=True)
         # one candidate of each distinct (state, goal): equal keys have equal goals, so any of them
         first = torch.empty_like(distinct).scatter_(0, inverse, torch.arange(b * k, device=key.device))
-        full = self.q(obs, goal.flatten(0, 1).index_select(0, first), obs_index=torch.div(first, k, rounding_mode="floor"))
+        state_index = torch.div(first, k, rounding_mode="floor")
+        full = self.q(obs, goal.flatten(0, 1).index_select(0, first), obs_index=state_index)
         a = full.shape[-1]
         q = full.index_select(0, inverse).gather(-1, goal_action.reshape(-1, 1, 1).expand(-1, a, 1)).view(b, k, a)
         return q.amax(-1), q
@@ -176,15 +178,22 @@ class DQNSVF(SVFModule):
             x_s, x_g = self.q.encode(states, goals)
             if self.q.uses_native_rows(x_s, x_g) and batch[keys.ACTION].device.type == "cpu":
                 with torch.no_grad():
-                    xt = self.q_target.encode(states, goals)
-                return q_loss_native.q_loss(
-                    x_s, x_g, *xt, self.q.native_params(), self.q_target.native_params(), self.q.native_config(True),
-                    batch, hp.gamma, hp.lam, hp.bootstrap_clip, 1.0 - hp.gamma, hp.huber_delta)
+                    xt_s, xt_g = self.q_target.encode(states, goals)
+                return self.c_loss(batch, x_s, x_g, xt_s, xt_g, self.q.native_params(), self.q_target.native_params())
         return self.td_loss(batch)
 
-    def td_loss(self, batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`loss_and_stats` from :meth:`td_targets` and ``F.huber_loss``: the reference, and the path off the C kernels."""
-        q_taken, target, cont = self.td_targets(batch)
+    def c_loss(self, batch: TensorDict, x_s: torch.Tensor, x_g: torch.Tensor, xt_s: torch.Tensor, xt_g: torch.Tensor,
+               params: QParams, target_params: QParams) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`loss_and_stats` of a critic with weights ``params`` (encoded tables ``x_s``, ``x_g``) and target
+        weights ``target_params`` (tables ``xt_s``, ``xt_g``), as one C call (:func:`q_loss_native.q_loss`)."""
+        hp = self.hparams
+        return q_loss_native.q_loss(x_s, x_g, xt_s, xt_g, params, target_params, self.q.native_config(True), batch,
+                                    hp.gamma, hp.lam, hp.bootstrap_clip, 1.0 - hp.gamma, hp.huber_delta)
+
+    def td_loss(self, batch: TensorDict, **td_kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`loss_and_stats` from :meth:`td_targets` (given ``td_kwargs``) and ``F.huber_loss``: the reference,
+        and the path off the C kernels."""
+        q_taken, target, cont = self.td_targets(batch, **td_kwargs)
         loss = F.huber_loss(q_taken, target, delta=self.hparams.huber_delta)
         return loss, torch.stack([loss.detach(), q_taken.detach().mean(), target.mean(), cont.float().mean()])
 

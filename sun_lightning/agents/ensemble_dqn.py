@@ -22,13 +22,11 @@ from functools import partial
 import torch
 from tensordict import TensorDict
 from torch import nn
-from torch.nn import functional as F
 from torch.func import functional_call
 
 from sun_lightning import keys
 from sun_lightning.agents.dqn import DQNSVF
 from sun_lightning.envs.registry import GoalSpace
-from sun_lightning.losses import q_loss_native
 from sun_lightning.networks.rows import QParams, native_rows_available
 from sun_lightning.optim import ClippedAdamW
 
@@ -239,19 +237,14 @@ class EnsembleDQNSVF(DQNSVF):
             online, target = self.q.native_params(), self.q_target.native_params()
             losses, stats = [], []
             for e, j in enumerate(target_index.tolist()):
-                member = batch[e]
-                loss, stat = q_loss_native.q_loss(
-                    states[e], goals[e], states[e], goals[e], QParams(*(p[e] for p in online)),
-                    QParams(*(p[j] for p in target)), self.q.native_config(True), member, hp.gamma, hp.lam,
-                    hp.bootstrap_clip, 1.0 - hp.gamma, hp.huber_delta)
+                loss, stat = self.c_loss(batch[e], states[e], goals[e], states[e], goals[e],
+                                         QParams(*(p[e] for p in online)), QParams(*(p[j] for p in target)))
                 losses.append(loss)
                 stats.append(stat)
             return torch.stack(losses).sum(), torch.stack(stats).mean(0)
-        q_taken, target, cont = self.td_targets(batch, target_index=target_index)
+        loss, stats = self.td_loss(batch, target_index=target_index)
         # F.huber_loss averages over all E·N·T rows, i.e. (1/E) Σ_e L_e: scaled back, each member's
         # gradient is exactly that of its own loss.
-        loss = F.huber_loss(q_taken, target, delta=hp.huber_delta)
-        stats = torch.stack([loss.detach(), q_taken.detach().mean(), target.mean(), cont.float().mean()])
         return loss * self.ensemble_size, stats
 
     def configure_optimizers(self) -> torch.optim.Optimizer:

@@ -1,4 +1,4 @@
-"""The DQN variant's loss as one autograd node whose forward and backward are one C call each (CPU, float32).
+"""The DQN variant's loss as one autograd node, computed with its gradient in one C call (CPU, float32).
 
 :meth:`DQNSVF.loss <sun_lightning.agents.dqn.DQNSVF.loss>` is, per update (SPEC §5a): the rows at
 which Q is needed, the online network with dropout and the target network without, the Watkins
@@ -14,7 +14,7 @@ hands that gradient over (scaled by the output's gradient). Gradients are those 
 they were at the forward, as autograd's would be (which would refuse weights changed in between).
 
 The maths is that of ``DQNSVF.td_targets`` and ``F.huber_loss``, which remain the reference (and the
-path on GPU, under ``native_rows=False`` and for the ensembles): tests compare the two.
+path on GPU, under ``native_rows=False`` and for RBF-encoded ensembles): tests compare the two.
 """
 
 from __future__ import annotations
@@ -26,7 +26,16 @@ from tensordict import TensorDict
 from torch.autograd.function import once_differentiable
 
 from sun_lightning import keys
-from sun_lightning.networks.rows import LIBRARY, QConfig, QParams, network_dims, param_pointers, scratch_buffer, split_grads
+from sun_lightning.networks.rows import (
+    LIBRARY,
+    QConfig,
+    QParams,
+    network_dims,
+    optional_ptr,
+    param_pointers,
+    scratch_buffer,
+    split_grads,
+)
 
 __all__ = ["q_loss"]
 
@@ -39,6 +48,7 @@ _ERRORS = {
     -5: (MemoryError, "the loss kernel could not allocate its partial sums"),
     -6: (ValueError, "the C path of Q takes at most 8 maxout pieces"),
 }
+
 
 def _checked(status: int) -> None:
     if status:
@@ -82,17 +92,13 @@ class _LossCall:
             self.shape, self.x_s.data_ptr(), self.x_g.data_ptr(), self.xt_s.data_ptr(), self.xt_g.data_ptr(),
             self.params, self.target_params, *[c.data_ptr() for c in self.batch], cfg.c_eps, cfg.slope, cfg.c_seeds,
             cfg.threshold, cfg.keep_scale, self.hyper, scratch.data_ptr(), loss.data_ptr(), stats.data_ptr(),
-            int(flat is not None), _ptr(flat), _ptr(g_x_s), _ptr(g_x_g)))
+            int(flat is not None), optional_ptr(flat), optional_ptr(g_x_s), optional_ptr(g_x_g)))
         grads = None if flat is None else (flat, g_x_s, g_x_g, split_grads(flat, params))
         return loss, stats, grads
 
 
 def _column(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return x if x.dtype is dtype and x.is_contiguous() else x.to(dtype).contiguous()
-
-
-def _ptr(t: torch.Tensor | None) -> int | None:
-    return None if t is None else t.data_ptr()
 
 
 class _QLoss(torch.autograd.Function):

@@ -38,7 +38,8 @@ from torch.autograd.function import once_differentiable
 from sun_lightning.native import NativeError, NativeLibrary, simd_flags
 
 __all__ = ["QConfig", "QParams", "branch_forward", "gemm_shapes", "gemm_time", "give_buffer", "native_rows_available",
-           "network_dims", "param_pointers", "q_forward", "scratch_buffer", "split_grads", "take_buffer"]
+           "network_dims", "optional_ptr", "param_pointers", "q_forward", "scratch_buffer", "split_grads",
+           "take_buffer"]
 
 _p, _int, _i64, _u64, _f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float
 _f64 = ctypes.c_double
@@ -123,7 +124,8 @@ def gemm_shapes(record: bool) -> list[tuple[bool, bool, int, int, int]]:
     return [(bool(out[5 * i]), bool(out[5 * i + 1]), out[5 * i + 2], out[5 * i + 3], out[5 * i + 4]) for i in range(n)]
 
 
-def _ptr(t: torch.Tensor | None) -> int | None:
+def optional_ptr(t: torch.Tensor | None) -> int | None:
+    """A tensor's data address for the kernels, or None (NULL) for no tensor."""
     return None if t is None else t.data_ptr()
 
 
@@ -263,9 +265,10 @@ class _Call:
         size = lib.q_workspace(self.dims, 0)
         ws = take_buffer(size) if save else scratch_buffer(size)
         sel = ws.new_empty(self.rows, self.num_actions) if self.ga is not None else None
-        status = lib.q_net_forward(self.dims, self.x_s.data_ptr(), self.x_g.data_ptr(), self.params, _ptr(self.oi),
-                                   _ptr(self.gi), _ptr(self.ga), self.eps, cfg.slope, self.seeds, cfg.threshold,
-                                   cfg.keep_scale, int(save), ws.data_ptr(), _ptr(sel))
+        index = [optional_ptr(i) for i in (self.oi, self.gi, self.ga)]
+        status = lib.q_net_forward(self.dims, self.x_s.data_ptr(), self.x_g.data_ptr(), self.params, *index, self.eps,
+                                   cfg.slope, self.seeds, cfg.threshold,
+                                   cfg.keep_scale, int(save), ws.data_ptr(), optional_ptr(sel))
         if status == -1:
             raise IndexError(f"row index out of range: tables of {self.x_s.shape[0]} states and {self.x_g.shape[0]} goals")
         if status == -2:
@@ -288,10 +291,11 @@ class _Call:
         g_x_s = torch.empty_like(self.x_s) if need_inputs[0] else None
         g_x_g = torch.empty_like(self.x_g) if need_inputs[1] else None
         tmp = scratch_buffer(lib.q_workspace(self.dims, 1))
-        status = lib.q_net_backward(self.dims, self.x_s.data_ptr(), self.x_g.data_ptr(), self.params, _ptr(self.oi),
-                                    _ptr(self.gi), _ptr(self.ga), cfg.slope, self.seeds, cfg.threshold, cfg.keep_scale,
+        index = [optional_ptr(i) for i in (self.oi, self.gi, self.ga)]
+        status = lib.q_net_backward(self.dims, self.x_s.data_ptr(), self.x_g.data_ptr(), self.params, *index, cfg.slope,
+                                    self.seeds, cfg.threshold, cfg.keep_scale,
                                     self.workspace.data_ptr(), grad.contiguous().data_ptr(), tmp.data_ptr(),
-                                    flat.data_ptr(), _ptr(g_x_s), _ptr(g_x_g))
+                                    flat.data_ptr(), optional_ptr(g_x_s), optional_ptr(g_x_g))
         _checked(status)
         give_buffer(self.workspace)
         self.workspace = None
@@ -376,7 +380,7 @@ def _branch(h, ln_w, eps, seed, threshold, keep_scale, save):
     out = torch.empty_like(h)
     xhat, rstd = (torch.empty_like(h), h.new_empty(h.shape[0])) if save else (None, None)
     LIBRARY.load().branch_forward(h.shape[0], h.shape[1], h.data_ptr(), ln_w.data_ptr(), eps, seed, threshold,
-                                  keep_scale, out.data_ptr(), _ptr(xhat), _ptr(rstd))
+                                  keep_scale, out.data_ptr(), optional_ptr(xhat), optional_ptr(rstd))
     return out, (xhat, rstd)
 
 
