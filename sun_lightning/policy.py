@@ -40,9 +40,11 @@ class EpsilonGreedyPolicy(TensorDictModuleBase):
         if self.warmup or not self.use_goals:
             tensordict[keys.ACTION] = action
             return tensordict
-        explore = (torch.rand(batch) < self.epsilon) | tensordict[keys.RANDOM_PHASE].reshape(batch)
+        explore = (torch.rand(batch) < self.epsilon).logical_or_(tensordict[keys.RANDOM_PHASE].reshape(batch))
         values = tensordict.get(keys.ACTION_VALUES, None)
-        if values is not None and not values.isnan().any(-1).reshape(batch).logical_and_(~explore).any():
+        # (the whole-tensor test first: the transform evaluates every env on most steps)
+        if values is not None and (not values.isnan().any() or not values.isnan().any(-1).reshape(batch)
+                                   .logical_and_(~explore).any()):
             greedy = values.argmax(-1)  # the goal transform's evaluation of this state and goal
         else:
             learner = self._refs["learner"]

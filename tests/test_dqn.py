@@ -217,6 +217,20 @@ def test_goal_values_come_with_the_acting_values_of_each_candidate():
         torch.testing.assert_close(acting[:, k], module.action_values(obs, goal[:, k], goal_action[:, k]))
 
 
+def test_one_goal_per_state_is_evaluated_without_a_state_index():
+    # the adaptive check asks for one goal per env: same values as candidates of a batch, from [B] rows
+    torch.manual_seed(0)
+    module = DQNSVF(SPACE, init_std=0.3)
+    obs, goal = torch.randn(4, SPACE.obs_dim), torch.randn(4, 1, SPACE.goal_dim)
+    goal_action = torch.randint(0, 4, (4, 1))
+    values, acting = module.goal_and_action_values(obs, goal, goal_action)
+    assert values.shape == (4, 1) and acting.shape == (4, 1, 4)
+    torch.testing.assert_close(values, acting.amax(-1))
+    torch.testing.assert_close(acting[:, 0], module.action_values(obs, goal[:, 0], goal_action[:, 0]))
+    both = module.goal_and_action_values(obs, goal.expand(4, 2, -1), goal_action.expand(4, 2))[1]  # the general path
+    torch.testing.assert_close(acting[:, 0], both[:, 1])
+
+
 def test_goal_keys_evaluate_each_distinct_goal_once_with_the_same_values():
     torch.manual_seed(0)
     module = DQNSVF(SPACE, init_std=0.3)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -20,8 +22,23 @@ def pair(width: int, pieces: int, seed: int = 0) -> tuple[GoalQNetwork, GoalQNet
 
 def grads(net: GoalQNetwork, weight: torch.Tensor, *args, **kwargs) -> dict[str, torch.Tensor]:
     net.zero_grad()
-    (net(*args, **kwargs) * weight).sum().backward()
+    with single_threaded_reference(net):
+        (net(*args, **kwargs) * weight).sum().backward()
     return {name: p.grad.clone() for name, p in net.named_parameters()}
+
+
+@contextlib.contextmanager
+def single_threaded_reference(net: GoalQNetwork):
+    """Run the PyTorch path (``net`` without the C kernels) on one thread, as the C path runs evaluations of fewer
+    than 256 rows: MKL rounds one- and two-thread products differently, and a maxout's near-tie between two
+    pieces can then go either way, which changes the gradient discontinuously (seen at width 64)."""
+    threads = torch.get_num_threads()
+    if not net.native_rows:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("width,pieces", [(64, 4), (13, 3), (8, 1)])
@@ -187,6 +204,38 @@ def test_results_do_not_depend_on_the_thread_count():
         torch.set_num_threads(threads)
     for other in out[1:]:
         assert all(torch.equal(a, b) for a, b in zip(out[0], other))
+
+
+def test_small_evaluations_run_on_one_thread_whatever_the_thread_count():
+    # fewer than 256 rows (acting, goal selection): the whole call on the calling thread, bit-identical results
+    fast, _ = pair(64, 4)
+    states, goals = torch.randn(12, 6), torch.randn(7, 5)
+    i, j = torch.randint(12, (50,)), torch.randint(7, (50,))
+    threads = torch.get_num_threads()
+    out = []
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            with torch.no_grad():
+                out.append(fast(states, goals, obs_index=i, goal_index=j))
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(out[0], other) for other in out[1:])
+
+
+def test_checked_weights_follow_replaced_weights():
+    # the check is remembered per weights' (address, shape, dtype): a replaced weight is checked afresh
+    fast, slow = pair(64, 4)
+    states, goals = torch.randn(5, 6), torch.randn(5, 5)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(states, goals), slow(states, goals))
+        new = torch.randn(64, 64) * 0.3
+        fast.head[2].weight.data = new.clone()  # same shape, new storage
+        slow.head[2].weight.data = new.clone()
+        torch.testing.assert_close(fast(states, goals), slow(states, goals))
+        fast.head[2].weight.data = torch.randn(64, 63)
+        with pytest.raises(ValueError, match="do not fit tables"):
+            fast(states, goals)
 
 
 def test_matrix_products_are_counted_and_their_shapes_recorded():

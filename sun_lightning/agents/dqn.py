@@ -131,6 +131,9 @@ class DQNSVF(SVFModule):
         a gridworld's replay storage repeat tiles, so selection evaluates ~4x fewer rows.
         """
         b, k = goal.shape[:2]
+        if goal_keys is None and k == 1:  # one goal per state (the adaptive check)
+            q = self.q(obs, goal.flatten(0, 1), goal_action=goal_action.flatten()).unsqueeze(1)
+            return q.amax(-1), q
         if goal_keys is None:
             # Each state's branch runs once for its K candidates.
             state_index = torch.arange(b, device=obs.device).repeat_interleave(k)

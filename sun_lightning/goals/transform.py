@@ -134,9 +134,7 @@ class GoalSelectionTransform(Transform):
         else:
             self._select(next_tensordict[keys.OBS], ~self.has_goal & ~done & ~random_phase)
         self.flags[keys.GOAL_RESELECTED] = self.flags[keys.GOAL_SELECTED].clone()
-        out = self._write(next_tensordict)
-        out[keys.GOAL_STEPS] = steps_to_goal
-        return out
+        return self._write(next_tensordict, steps_to_goal)
 
     # ---- selection ------------------------------------------------------------------------
     def _select(self, obs: torch.Tensor, mask: torch.Tensor, incumbent: torch.Tensor | None = None) -> None:
@@ -205,10 +203,10 @@ class GoalSelectionTransform(Transform):
         values, acting = self._values(obs, self.goal.unsqueeze(1), self.goal_action.unsqueeze(1))
         return values.squeeze(-1), None if acting is None else acting.squeeze(1)
 
-    def _write(self, td: TensorDictBase) -> TensorDictBase:
+    def _write(self, td: TensorDictBase, steps_to_goal: torch.Tensor | None = None) -> TensorDictBase:
         td[keys.GOAL] = self.goal.clone()
         td[keys.GOAL_ACTION] = self.goal_action.clone()
-        td[keys.GOAL_STEPS] = torch.zeros_like(self.goal_steps)
+        td[keys.GOAL_STEPS] = torch.zeros_like(self.goal_steps) if steps_to_goal is None else steps_to_goal
         for name in _FLAGS:
             td[name] = self.flags[name].clone()
         if self.action_values is not None:

@@ -30,9 +30,8 @@ from sun_lightning.networks.rows import (
     LIBRARY,
     QConfig,
     QParams,
-    network_dims,
+    checked_weights,
     optional_ptr,
-    param_pointers,
     scratch_buffer,
     split_grads,
 )
@@ -63,11 +62,11 @@ class _LossCall:
                  batch: TensorDict, hyper: tuple[float, float, float, float, float]) -> None:
         action = batch[keys.ACTION]
         n, t = action.shape
-        dims = network_dims(x_s, x_g, params, cfg.pieces)
-        if network_dims(xt_s, xt_g, target_params, cfg.pieces) != dims:
+        dims, self.params = checked_weights(x_s, x_g, params, cfg.pieces)
+        target_dims, self.target_params = checked_weights(xt_s, xt_g, target_params, cfg.pieces)
+        if target_dims != dims:
             raise ValueError("the target network's tables and weights differ in shape from the online network's")
         self.shape = (_i64 * 10)(n, t, *dims)
-        self.params, self.target_params = param_pointers(params), param_pointers(target_params)
         # The batch's columns as the C side reads them (no copies for the sampler's own dtypes).
         self.batch = [_column(batch[k], torch.int64) for k in (
             keys.STATE_INDEX, keys.NEXT_STATE_INDEX, keys.GOAL_INDEX, keys.GOAL_ACTION)]

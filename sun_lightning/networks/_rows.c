@@ -554,6 +554,12 @@ int q_net_forward(const int64_t *dims, const float *x_s, const float *x_g, const
     for (int64_t r = 0; ga && r < R; ++r)
         if (ga[r] < 0 || ga[r] >= d->A) return -2;
     if (!rows_in_range(R, oi, gi, d->US, d->UG)) return -1;
+    /* A small evaluation (acting, goal selection: a few to a few hundred rows) runs on this thread alone,
+     * MKL's products included. Waking the other threads for such products cost more than they saved
+     * (between two env steps they have gone to sleep), and the values no longer depend on the thread
+     * count (MKL rounds one- and two-thread products differently). */
+    const int alone = local_threads && R < PARALLEL_ROWS && d->US < PARALLEL_ROWS && d->UG < PARALLEL_ROWS;
+    if (alone) local_threads(1);
     /* branches: f = SiLU(dropout(LN(x Wᵀ))) */
     float *h = s.h;
     gemm('N', 'T', d->US, W, d->DS, 1.f, x_s, d->DS, w->w_s, d->DS, 0.f, h, W);
@@ -572,6 +578,7 @@ int q_net_forward(const int64_t *dims, const float *x_s, const float *x_g, const
     const int64_t nb = blocks(R);
     int status = 0;
     FOR_BLOCKS(nb, if (block_forward(d, w, &s, oi, gi, ga, eps, slope, save, b, sel)) status = -1);
+    if (alone) local_threads(0);
     return status;
 }
 

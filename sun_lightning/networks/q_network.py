@@ -209,6 +209,9 @@ class GoalQNetwork(nn.Module):
 
     def encode(self, obs: torch.Tensor, goal: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """φ(s) and φ(g_s), the inputs of the two branches (SPEC §5c)."""
+        encoders = self._modules
+        if type(encoders["obs_encoder"]) is nn.Identity and type(encoders["goal_encoder"]) is nn.Identity:
+            return obs, goal  # (the common case, without two module calls)
         return self.obs_encoder(obs), self.goal_encoder(goal)
 
     def native_params(self) -> QParams:

@@ -7,7 +7,9 @@ small ops, kernel calls and their Python glue than in its matrix products. Here 
 (branches, tables, rows, the goal action's columns, and every matrix product) is one C call forward
 and one backward (written out by hand, ``_rows.c``, built on first use by :mod:`sun_lightning.native`),
 inside one autograd node; the rows go in blocks of 128 spread over torch's OpenMP threads, each
-block's passes in a buffer of its thread that stays in L2 (see ``_rows.c``). The matrix products
+block's passes in a buffer of its thread that stays in L2 (see ``_rows.c``), while a forward of fewer
+than 256 rows (acting, goal selection) runs on the calling thread alone, its values then independent of
+the thread count. The matrix products
 call the BLAS ``sgemm_`` that ``torch.mm`` itself runs on CPU (MKL in the official wheels), looked
 up in the already loaded ``libtorch_cpu``; the time spent in it is counted (:func:`gemm_time`) and
 the products' shapes can be recorded (:func:`gemm_shapes`) so that benchmarks can compare an update
@@ -38,7 +40,7 @@ from torch.autograd.function import once_differentiable
 from sun_lightning.native import NativeError, NativeLibrary, simd_flags
 
 __all__ = ["QConfig", "QParams", "branch_forward", "gemm_shapes", "gemm_time", "give_buffer", "native_rows_available",
-           "network_dims", "optional_ptr", "param_pointers", "q_forward", "scratch_buffer", "split_grads",
+           "checked_weights", "network_dims", "optional_ptr", "param_pointers", "q_forward", "scratch_buffer", "split_grads",
            "take_buffer"]
 
 _p, _int, _i64, _u64, _f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float
@@ -205,6 +207,23 @@ def param_pointers(p: QParams) -> ctypes.Array:
     return (_p * 10)(*(t.data_ptr() for t in p))
 
 
+_CHECKED: dict[tuple, tuple[tuple[int, ...], ctypes.Array]] = {}
+_CHECKED_MAX = 64  # weight sets remembered (an ensemble's members are one set each)
+
+
+def checked_weights(x_s: torch.Tensor, x_g: torch.Tensor, p: QParams, pieces: int) -> tuple[tuple[int, ...], ctypes.Array]:
+    """:func:`network_dims` and :func:`param_pointers`, the check remembered for the weights' addresses, shapes and
+    dtypes (what the C side's reads depend on): acting and goal selection call Q a few times per env step
+    with the same weights, and the check cost more than a 4-row evaluation's C call."""
+    key = (x_s.shape[1], x_g.shape[1], pieces, *[(t.data_ptr(), t.shape, t.dtype) for t in p])
+    hit = _CHECKED.get(key)
+    if hit is None:
+        if len(_CHECKED) >= _CHECKED_MAX:
+            _CHECKED.clear()
+        hit = _CHECKED[key] = (network_dims(x_s, x_g, p, pieces)[2:], param_pointers(p))
+    return (x_s.shape[0], x_g.shape[0], *hit[0]), hit[1]
+
+
 class _Buffers(threading.local):
     """Float32 buffers of the C calls, reused across calls and updates (one set per thread: ctypes releases
     the GIL during a call). Fresh multi-MB allocations come from the kernel as untouched pages, whose
@@ -251,10 +270,9 @@ class _Call:
 
     def __init__(self, x_s, x_g, p: QParams, oi, gi, ga, cfg: QConfig) -> None:
         rows = oi.numel() if oi is not None else gi.numel() if gi is not None else x_s.shape[0]
-        us, ug, ds, dg, w, pieces, a2, self.num_actions = network_dims(x_s, x_g, p, cfg.pieces)
+        (us, ug, ds, dg, w, pieces, a2, self.num_actions), self.params = checked_weights(x_s, x_g, p, cfg.pieces)
         self.rows = rows
         self.dims = (_i64 * 9)(us, ug, ds, dg, rows, w, pieces, a2, self.num_actions)
-        self.params = param_pointers(p)
         self.eps, self.seeds, self.cfg = cfg.c_eps, cfg.c_seeds, cfg
         self.x_s, self.x_g, self.oi, self.gi, self.ga = x_s, x_g, oi, gi, ga
         self.workspace: torch.Tensor | None = None
