@@ -233,6 +233,9 @@ def test_checked_weights_follow_replaced_weights():
         fast.head[2].weight.data = new.clone()  # same shape, new storage
         slow.head[2].weight.data = new.clone()
         torch.testing.assert_close(fast(states, goals), slow(states, goals))
+        fast.head[2].weight.data = fast.head[2].weight.data.t()  # same address and shape, transposed
+        with pytest.raises(ValueError, match="contiguous float32"):
+            fast(states, goals)
         fast.head[2].weight.data = torch.randn(64, 63)
         with pytest.raises(ValueError, match="do not fit tables"):
             fast(states, goals)

@@ -212,10 +212,10 @@ _CHECKED_MAX = 64  # weight sets remembered (an ensemble's members are one set e
 
 
 def checked_weights(x_s: torch.Tensor, x_g: torch.Tensor, p: QParams, pieces: int) -> tuple[tuple[int, ...], ctypes.Array]:
-    """:func:`network_dims` and :func:`param_pointers`, the check remembered for the weights' addresses, shapes and
-    dtypes (what the C side's reads depend on): acting and goal selection call Q a few times per env step
-    with the same weights, and the check cost more than a 4-row evaluation's C call."""
-    key = (x_s.shape[1], x_g.shape[1], pieces, *[(t.data_ptr(), t.shape, t.dtype) for t in p])
+    """:func:`network_dims` and :func:`param_pointers`, the check remembered for the weights' addresses, shapes,
+    dtypes and layout (what the C side's reads depend on): acting and goal selection call Q a few times per
+    env step with the same weights, and the check cost more than a 4-row evaluation's C call."""
+    key = (x_s.shape[1], x_g.shape[1], pieces, *[(t.data_ptr(), t.shape, t.dtype, t.is_contiguous()) for t in p])
     hit = _CHECKED.get(key)
     if hit is None:
         if len(_CHECKED) >= _CHECKED_MAX:
