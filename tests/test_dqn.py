@@ -204,31 +204,21 @@ def test_table_forward_gradients_equal_the_concatenation_architecture():
         torch.testing.assert_close(fast[name], p.grad, rtol=1e-5, atol=1e-5, msg=name)
 
 
-def test_goal_values_come_with_the_acting_values_of_each_candidate():
+@pytest.mark.parametrize("k", [5, 1])  # 1: the adaptive check's one goal per state, evaluated without a state index
+def test_goal_values_come_with_the_acting_values_of_each_candidate(k):
     torch.manual_seed(0)
     module = DQNSVF(SPACE, init_std=0.3)
-    obs, goal = torch.randn(3, SPACE.obs_dim), torch.randn(3, 5, SPACE.goal_dim)
-    goal_action = torch.randint(0, 4, (3, 5))
+    obs, goal = torch.randn(3, SPACE.obs_dim), torch.randn(3, k, SPACE.goal_dim)
+    goal_action = torch.randint(0, 4, (3, k))
     values, acting = module.goal_and_action_values(obs, goal, goal_action)
-    assert values.shape == (3, 5) and acting.shape == (3, 5, 4)
+    assert values.shape == (3, k) and acting.shape == (3, k, 4)
     torch.testing.assert_close(values, module.goal_values(obs, goal, goal_action))
     torch.testing.assert_close(values, acting.amax(-1))
-    for k in range(5):  # what act() would read for candidate k
-        torch.testing.assert_close(acting[:, k], module.action_values(obs, goal[:, k], goal_action[:, k]))
-
-
-def test_one_goal_per_state_is_evaluated_without_a_state_index():
-    # the adaptive check asks for one goal per env: same values as candidates of a batch, from [B] rows
-    torch.manual_seed(0)
-    module = DQNSVF(SPACE, init_std=0.3)
-    obs, goal = torch.randn(4, SPACE.obs_dim), torch.randn(4, 1, SPACE.goal_dim)
-    goal_action = torch.randint(0, 4, (4, 1))
-    values, acting = module.goal_and_action_values(obs, goal, goal_action)
-    assert values.shape == (4, 1) and acting.shape == (4, 1, 4)
-    torch.testing.assert_close(values, acting.amax(-1))
-    torch.testing.assert_close(acting[:, 0], module.action_values(obs, goal[:, 0], goal_action[:, 0]))
-    both = module.goal_and_action_values(obs, goal.expand(4, 2, -1), goal_action.expand(4, 2))[1]  # the general path
-    torch.testing.assert_close(acting[:, 0], both[:, 1])
+    for c in range(k):  # what act() would read for candidate c
+        torch.testing.assert_close(acting[:, c], module.action_values(obs, goal[:, c], goal_action[:, c]))
+    if k == 1:  # the same values as the general path's, for a batch of two copies
+        both = module.goal_and_action_values(obs, goal.expand(3, 2, -1), goal_action.expand(3, 2))[1]
+        torch.testing.assert_close(acting[:, 0], both[:, 1])
 
 
 def test_goal_keys_evaluate_each_distinct_goal_once_with_the_same_values():
