@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import gymnasium
+from gymnasium.vector import AutoresetMode
 import lightning.pytorch as pl
 import torch
 from jsonargparse import lazy_instance
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 from torch.utils.data import DataLoader, IterableDataset
 from torchrl.collectors import Collector
 from torchrl.envs import GymWrapper, TransformedEnv
@@ -107,16 +108,20 @@ class ExplorationDataModule(pl.LightningDataModule):
         seed = self.seed if self.seed is not None else torch.initial_seed() % 2**31
         # Under DDP every rank explores with its own envs: distinct streams.
         seed += self.trainer.global_rank
-        vec = gymnasium.make_vec(self.env_id, num_envs=self.num_envs, vectorization_mode="vector_entry_point")
+        # Explicit resets: TorchRL resets ended envs itself (partial resets), so it reads no
+        # terminal observations out of the info dict on every step as SAME_STEP autoreset needs.
+        vec = gymnasium.make_vec(self.env_id, num_envs=self.num_envs, vectorization_mode="vector_entry_point",
+                                 autoreset_mode=AutoresetMode.DISABLED)
         base = GymWrapper(vec, categorical_action_encoding=True)
         base.set_seed(seed)
         self.transform = GoalSelectionTransform(self.selector, self.storage, learner, self.num_envs)
         self.env = TransformedEnv(base, self.transform)
         self.policy = EpsilonGreedyPolicy(learner, space.num_actions, self.epsilon, self.selector.uses_goals)
-        # One vector step per batch, consumed (copied into D) before the next: the collector may hand
-        # back the same TensorDict each time, and trajectory ids are never read.
+        # One vector step per batch, which the collector writes into D through TorchRL's replay-buffer
+        # interface (``_StepWriter.extend``): its steps reach D without first being copied into a
+        # rollout buffer. Trajectory ids are never read.
         self.collector = Collector(self.env, self.policy, frames_per_batch=self.num_envs, total_frames=-1,
-                                   return_same_td=True, track_traj_ids=False)
+                                   replay_buffer=_StepWriter(self), track_traj_ids=False)
 
     def teardown(self, stage: str) -> None:
         collector = getattr(self, "collector", None)
@@ -143,15 +148,8 @@ class ExplorationDataModule(pl.LightningDataModule):
         """Step the collector until ``total_frames``, yielding the learning batches of each vector step (one per update)."""
         credit = 0.0
         learns = self.selector.learns and self.updates_per_frame > 0
-        for batch in self.collector:
-            step = _flat_step(batch)
-            self.storage.extend(step)
-            self._learner.observe(step[keys.OBS])
-            self.window.update(step)
-            frames = batch.numel()
-            self.frames += frames
-            for listener in self.frame_listeners:
-                listener(self.frames)
+        frames = self.num_envs
+        for _ in self.collector:  # each batch is written into D by `record` before the collector yields
             if self.frames >= self.warmup_frames:
                 # One more step of random actions lets the transform draw goals first. (Set only
                 # on change: both are nn.Modules, whose attribute assignment is slow.)
@@ -173,6 +171,17 @@ class ExplorationDataModule(pl.LightningDataModule):
             if self.frames >= self.total_frames:
                 return
 
+    def record(self, step: TensorDictBase) -> None:
+        """Write one collected vector step into D (pseudocounts updated on insert), feed the learner's
+        running statistics and the window's goal statistics, and count its frames."""
+        flat = _flat_step(step)
+        self.storage.extend(flat)
+        self._learner.observe(flat[keys.OBS])
+        self.window.update(flat)
+        self.frames += step.numel()
+        for listener in self.frame_listeners:
+            listener(self.frames)
+
     def _learning_batches(self, scale: torch.Tensor | None, updates: int) -> list[TensorDict]:
         """The batches of ``updates`` updates, drawn at once; ensembles get one independent batch per member, stacked ``[E]``."""
         members = getattr(self._learner, "batches_per_update", 1)
@@ -192,6 +201,22 @@ class _Stream(IterableDataset):
 
 def _identity(batch: list[TensorDict]) -> list[TensorDict]:
     return batch
+
+
+class _StepWriter:
+    """The collector's replay buffer: TorchRL calls ``extend`` with each collected batch, the lazy stack of its
+    vector steps along time, and each step goes into D (:meth:`ExplorationDataModule.record`).
+
+    A collector without a replay buffer first copies every key of its steps into a rollout buffer,
+    which cost ~5 % of the loop's time outside the updates; the lazy stack hands the steps over as they are.
+    """
+
+    def __init__(self, datamodule: ExplorationDataModule) -> None:
+        self.datamodule = datamodule
+
+    def extend(self, rollout: TensorDictBase) -> None:
+        for step in rollout.unbind(rollout.ndim - 1):  # the lazy stack's own steps, in order
+            self.datamodule.record(step)
 
 
 #: What the loop reads of a collected vector step: the replay storage's entries (``STORED_KEYS``), then

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gymnasium
+from gymnasium.vector import AutoresetMode
 import torch
 from torchrl.envs import GymWrapper, TransformedEnv
 
@@ -61,8 +62,10 @@ def filled_storage(tiles: list[int], actions: list[int], env_id: str = THREE_ROO
 
 
 def goal_env(selector, storage, learner, num_envs: int, env_id: str = THREE_ROOM, seed: int = 0):
-    """A TorchRL env of ``num_envs`` gridworlds with an active goal-selection transform."""
-    vec = gymnasium.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point")
+    """A TorchRL env of ``num_envs`` gridworlds with an active goal-selection transform, reset as the trainer's
+    (explicit partial resets)."""
+    vec = gymnasium.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point",
+                             autoreset_mode=AutoresetMode.DISABLED)
     base = GymWrapper(vec, categorical_action_encoding=True)
     base.set_seed(seed)
     transform = GoalSelectionTransform(selector, storage, learner, num_envs)

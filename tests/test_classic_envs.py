@@ -141,10 +141,13 @@ def test_pendulum_torques_match_continuous_pendulum():
     raw.close()
 
 
-def test_torchrl_same_step_autoreset():
+@pytest.mark.parametrize("mode", [gymnasium.vector.AutoresetMode.SAME_STEP, gymnasium.vector.AutoresetMode.DISABLED])
+def test_torchrl_autoreset_modes(mode):
     from torchrl.envs import GymWrapper
 
-    venv = gymnasium.make_vec("sun_lightning/CartPole-v0", num_envs=4, vectorization_mode="vector_entry_point")
+    venv = gymnasium.make_vec("sun_lightning/CartPole-v0", num_envs=4, vectorization_mode="vector_entry_point",
+                              autoreset_mode=mode)
+    assert venv.metadata["autoreset_mode"] == mode
     env = GymWrapper(venv, categorical_action_encoding=True)
     env.set_seed(0)
     torch.manual_seed(0)
@@ -166,6 +169,12 @@ def test_torchrl_same_step_autoreset():
     keep = ~done[:, :-1]
     assert torch.equal(next_obs[:, :-1][keep], obs[:, 1:][keep])
     env.close()
+
+
+def test_vector_entry_point_rejects_next_step_autoreset():
+    with pytest.raises(ValueError, match="SAME_STEP or DISABLED"):
+        gymnasium.make_vec("sun_lightning/CartPole-v0", num_envs=2, vectorization_mode="vector_entry_point",
+                           autoreset_mode=gymnasium.vector.AutoresetMode.NEXT_STEP)
 
 
 def test_torchrl_pendulum_discrete_actions():

@@ -401,6 +401,83 @@ def test_vector_env_of_one_matches_single_env_with_randomness(name):
         assert visited & {LAYOUTS[name].index(3, c) for c in (1, 2, 3)}  # Q tiles were exercised
 
 
+def test_disabled_autoreset_partial_resets():
+    layout = LAYOUTS["ThreeRoom"]
+    env = gymnasium.make_vec("sun_lightning/ThreeRoom-v0", num_envs=3, vectorization_mode="vector_entry_point",
+                             autoreset_mode=AutoresetMode.DISABLED)
+    assert env.autoreset_mode == env.metadata["autoreset_mode"] == AutoresetMode.DISABLED
+    obs, _ = env.reset(seed=1)
+    spawns = obs.argmax(-1)
+    for t in range(1, 101):
+        obs, reward, terminated, truncated, info = env.step(np.full(3, A["R"]))
+        assert not terminated.any() and (reward == 0).all() and info == {}
+        assert truncated.all() == (t == 100) and truncated.any() == (t == 100)
+    # The step that ends an episode returns its true last observation: moving right 100 times
+    # parks every agent on its room's right wall.
+    expected_final = [layout.index(rc(layout, s)[0], 7) for s in spawns]
+    assert obs.argmax(-1).tolist() == expected_final
+    with pytest.raises(RuntimeError, match=r"sub-environments \[0, 1, 2\] ended"):
+        env.step(np.zeros(3, dtype=np.int64))
+    # Only the masked sub-environments restart; the others keep their observation and stay ended.
+    obs, info = env.reset(options={"reset_mask": np.array([True, False, True])})
+    assert info == {} and obs[1].argmax() == expected_final[1]
+    assert {obs[0].argmax(), obs[2].argmax()} <= {layout.index(2, 0), layout.index(3, 0), layout.index(8, 0)}
+    with pytest.raises(RuntimeError, match=r"sub-environments \[1\] ended"):
+        env.step(np.zeros(3, dtype=np.int64))
+    env.reset(options={"reset_mask": np.array([False, True, False])})
+    assert not env.step(np.full(3, A["R"]))[3].any()  # each horizon counts from its own reset
+    with pytest.raises(ValueError, match="reset_mask"):
+        env.reset(options={"reset_mask": np.ones(2, dtype=bool)})
+    with pytest.raises(ValueError, match="reset_mask"):
+        env.reset(options={"reset_mask": np.ones(3, dtype=np.int64)})
+    with pytest.raises(ValueError, match="SAME_STEP or DISABLED"):
+        GridworldVectorEnv("ThreeRoom", autoreset_mode=AutoresetMode.NEXT_STEP)
+
+
+def test_disabled_autoreset_matches_sync_vector_env():
+    ours = GridworldVectorEnv("FourRoomStuck", num_envs=2, autoreset_mode="Disabled")
+    sync = SyncVectorEnv(
+        [lambda: gymnasium.make("sun_lightning/FourRoomStuck-v0")] * 2, autoreset_mode=AutoresetMode.DISABLED
+    )
+    np.testing.assert_array_equal(ours.reset(seed=0)[0], sync.reset(seed=0)[0])
+    goal, start = LAYOUTS["FourRoomStuck"].index(11, 11), LAYOUTS["FourRoomStuck"].index(1, 1)
+    # Env 0 walks to G (deterministic path, no Q tile); env 1 keeps bumping the wall.
+    for t, action in enumerate(FOUR_ROOM_TO_GOAL + [A["L"]] * 3, start=1):
+        actions = np.array([action, A["L"]])
+        o1, r1, te1, tr1, i1 = ours.step(actions)
+        o2, r2, te2, tr2, i2 = sync.step(actions)
+        for x1, x2 in ((o1, o2), (r1, r2), (te1, te2), (tr1, tr2)):
+            np.testing.assert_array_equal(x1, x2)
+        assert i1 == i2 == {}
+        assert te1.tolist() == [t == len(FOUR_ROOM_TO_GOAL), False]
+        if te1.any():
+            assert o1[0].argmax() == goal  # the true last observation
+            o1, o2 = (env.reset(options={"reset_mask": te1.copy()})[0] for env in (ours, sync))
+            np.testing.assert_array_equal(o1, o2)
+            assert o1[0].argmax() == start and o1[1].argmax() == start
+
+
+def test_disabled_autoreset_draws_as_same_step():
+    """Same seed and actions: DISABLED with a reset after each ended episode sees what SAME_STEP does (its
+    step observations are SAME_STEP's final ones, its resets SAME_STEP's reset ones): one draw order."""
+    same = GridworldVectorEnv("FourRoomStuck", num_envs=8)
+    disabled = GridworldVectorEnv("FourRoomStuck", num_envs=8, autoreset_mode=AutoresetMode.DISABLED)
+    np.testing.assert_array_equal(same.reset(seed=3)[0], disabled.reset(seed=3)[0])
+    resets = 0
+    for actions in np.random.default_rng(0).integers(4, size=(450, 8)):
+        o1, _, te1, tr1, info = same.step(actions)
+        o2, _, te2, tr2, _ = disabled.step(actions)
+        np.testing.assert_array_equal(te1, te2)
+        np.testing.assert_array_equal(tr1, tr2)
+        ended = te2 | tr2
+        if ended.any():
+            resets += int(ended.sum())
+            np.testing.assert_array_equal(np.stack(list(info["final_obs"][ended])), o2[ended])
+            o2 = disabled.reset(options={"reset_mask": ended})[0]
+        np.testing.assert_array_equal(o1, o2)
+    assert resets >= 16  # the 200-step horizon, twice per env
+
+
 def test_seeding_reproducibility():
     def trajectory(seed):
         env = GridworldVectorEnv("FourRoomStuck", num_envs=8)
@@ -421,11 +498,13 @@ def test_seeding_reproducibility():
 # --- TorchRL ------------------------------------------------------------------------
 
 
-def test_torchrl_gym_wrapper_rollout_keeps_final_and_reset_observations():
+@pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.DISABLED])
+def test_torchrl_gym_wrapper_rollout_keeps_final_and_reset_observations(mode):
     from torchrl.envs import GymWrapper
 
     layout = LAYOUTS["FourRoomStuck"]
-    vec = gymnasium.make_vec("sun_lightning/FourRoomStuck-v0", num_envs=2, vectorization_mode="vector_entry_point")
+    vec = gymnasium.make_vec("sun_lightning/FourRoomStuck-v0", num_envs=2, vectorization_mode="vector_entry_point",
+                             autoreset_mode=mode)
     env = GymWrapper(vec, categorical_action_encoding=True)
     plan = iter(FOUR_ROOM_TO_GOAL + [A["L"]] * 5)
 

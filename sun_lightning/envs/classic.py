@@ -20,10 +20,11 @@ reward-free and the trainer ignores the reward, but keeping it costs nothing
 and lets extrinsic returns be logged. Observations are float32.
 
 Every id has a ``vector_entry_point`` that builds an in-process
-:class:`gymnasium.vector.SyncVectorEnv` with ``SAME_STEP`` autoreset, because
-TorchRL's ``GymWrapper`` rejects gymnasium's default ``NEXT_STEP`` mode and an
-in-process vector env is about 10x faster than a subprocess one on small
-machines (STACK.md)::
+:class:`gymnasium.vector.SyncVectorEnv` with ``SAME_STEP`` autoreset (or, on
+request, ``DISABLED``: explicit partial resets, which the trainer uses),
+because TorchRL's ``GymWrapper`` rejects gymnasium's default ``NEXT_STEP`` mode
+and an in-process vector env is about 10x faster than a subprocess one on
+small machines (STACK.md)::
 
     venv = gymnasium.make_vec("sun_lightning/CartPole-v0", num_envs=4)
     env = torchrl.envs.GymWrapper(venv, categorical_action_encoding=True)
@@ -117,25 +118,33 @@ def make_env(base_id: str, discrete_torques: bool = False, **kwargs: Any) -> gym
 def make_vector_env(
     num_envs: int = 1,
     max_episode_steps: int | None = None,
+    autoreset_mode: gymnasium.vector.AutoresetMode | str = gymnasium.vector.AutoresetMode.SAME_STEP,
     **kwargs: Any,
 ) -> gymnasium.vector.SyncVectorEnv:
-    """Vector entry point: an in-process ``SyncVectorEnv`` with SAME_STEP autoreset.
+    """Vector entry point: an in-process ``SyncVectorEnv``, SAME_STEP autoreset by default.
 
     :func:`gymnasium.make_vec` calls it as
     ``make_vector_env(num_envs=..., max_episode_steps=..., **spec_kwargs, **user_kwargs)``.
-    SAME_STEP autoreset is required by TorchRL's ``GymWrapper`` (STACK.md): the
+    TorchRL's ``GymWrapper`` takes two modes (STACK.md): ``SAME_STEP``, where the
     step that ends an episode returns the reset observation and puts the final
-    one in ``info["final_obs"]``.
+    one in ``info["final_obs"]``, and ``DISABLED``, where that step returns the
+    final observation and the wrapper resets the sub-env itself
+    (``reset(options={"reset_mask": mask})``), with no terminal-observation
+    reader on every step: the trainer's choice.
 
     Args:
         num_envs: number of sub-environments.
         max_episode_steps: horizon of each sub-env (gymnasium's, SPEC §6);
             ``None`` for no time limit.
+        autoreset_mode: ``SAME_STEP`` or ``DISABLED`` (an ``AutoresetMode`` or its value).
         **kwargs: forwarded to :func:`make_env` (``base_id``, ``render_mode``...).
 
     Returns:
         The vector environment.
     """
+    mode = gymnasium.vector.AutoresetMode(autoreset_mode)
+    if mode not in (gymnasium.vector.AutoresetMode.SAME_STEP, gymnasium.vector.AutoresetMode.DISABLED):
+        raise ValueError(f"autoreset_mode must be SAME_STEP or DISABLED (TorchRL's GymWrapper rejects NEXT_STEP), got {mode}")
 
     def make_one() -> gymnasium.Env:
         env = make_env(**kwargs)
@@ -145,7 +154,7 @@ def make_vector_env(
 
     return gymnasium.vector.SyncVectorEnv(
         [make_one for _ in range(num_envs)],
-        autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP,
+        autoreset_mode=mode,
     )
 
 

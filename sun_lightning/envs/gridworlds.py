@@ -349,24 +349,43 @@ class GridworldEnv(gymnasium.Env):
 class GridworldVectorEnv(VectorEnv):
     """``num_envs`` agents in one gridworld, stepped with array ops (SPEC §6).
 
-    Autoresets in gymnasium's ``SAME_STEP`` mode: a sub-environment that
-    terminates or reaches the horizon returns its reset observation, with the
-    last observation in ``info["final_obs"]`` (masks ``info["_final_obs"]``,
-    ``info["final_info"]``/``info["_final_info"]``), as
-    :class:`gymnasium.vector.SyncVectorEnv` does. One generator, seeded by
-    :meth:`reset`, drives spawns and Q tiles of all sub-environments.
+    Two of gymnasium's autoreset modes, as :class:`gymnasium.vector.SyncVectorEnv` has them:
+
+    - ``SAME_STEP`` (the default): a sub-environment that terminates or reaches
+      the horizon returns its reset observation, with the last observation in
+      ``info["final_obs"]`` (masks ``info["_final_obs"]``,
+      ``info["final_info"]``/``info["_final_info"]``).
+    - ``DISABLED`` (what the trainer uses): the step that ends an episode
+      returns its true last observation, and that sub-environment must be reset
+      with ``reset(options={"reset_mask": mask})`` before it is stepped again.
+      TorchRL's ``GymWrapper`` issues these partial resets itself, so it needs
+      neither a terminal-observation reader nor its observation swap on every step.
+
+    One generator, seeded by :meth:`reset`, drives spawns and Q tiles of all
+    sub-environments, in the same order in both modes.
 
     Args:
         layout: a key of :data:`LAYOUTS`.
         num_envs: number of sub-environments.
         max_episode_steps: horizon; the layout's own when ``None``.
+        autoreset_mode: ``SAME_STEP`` or ``DISABLED`` (an :class:`~gymnasium.vector.AutoresetMode` or its value).
     """
 
     metadata: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
-    # TorchRL's GymWrapper reads the mode from this attribute, not from metadata.
-    autoreset_mode = AutoresetMode.SAME_STEP
 
-    def __init__(self, layout: str, num_envs: int = 1, max_episode_steps: int | None = None) -> None:
+    def __init__(
+        self,
+        layout: str,
+        num_envs: int = 1,
+        max_episode_steps: int | None = None,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
+    ) -> None:
+        mode = AutoresetMode(autoreset_mode)
+        if mode not in (AutoresetMode.SAME_STEP, AutoresetMode.DISABLED):
+            raise ValueError(f"autoreset_mode must be SAME_STEP or DISABLED, got {mode}")
+        # TorchRL's GymWrapper reads the mode from this attribute, not from metadata.
+        self.autoreset_mode = mode
+        self.metadata = {**self.metadata, "autoreset_mode": mode}
         self.layout = LAYOUTS[layout]
         self.num_envs = num_envs
         self.horizon = self.layout.horizon if max_episode_steps is None else max_episode_steps
@@ -375,20 +394,48 @@ class GridworldVectorEnv(VectorEnv):
         self.action_space = batch_space(self.single_action_space, num_envs)
         self._tiles: np.ndarray | None = None
         self._elapsed = np.zeros(num_envs, dtype=np.int64)
+        self._ended = np.zeros(num_envs, dtype=bool)  # DISABLED mode: episodes over, awaiting their reset
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
-        self._tiles = self.layout.sample_starts(self.np_random, self.num_envs)
-        self._elapsed[:] = 0
+        """Reset every sub-environment, or only those of ``options["reset_mask"]`` (``[num_envs]`` bool).
+
+        Returns the observations of all sub-environments (the others' unchanged).
+        """
+        mask = None if options is None else options.get("reset_mask")
+        if mask is None or self._tiles is None:
+            super().reset(seed=seed)
+            mask = np.ones(self.num_envs, dtype=bool)
+        else:
+            mask = np.asarray(mask)
+            if mask.shape != (self.num_envs,) or mask.dtype != np.bool_:
+                raise ValueError(f"options['reset_mask'] must be a bool array of shape ({self.num_envs},), got {mask!r}")
+            if seed is not None:
+                super().reset(seed=seed)
+        self._restart(mask)
         return self.layout.one_hot(self._tiles), {}
+
+    def _restart(self, mask: np.ndarray) -> None:
+        """Spawn the sub-environments of ``mask`` afresh."""
+        starts = self.layout.sample_starts(self.np_random, int(mask.sum()))
+        if self._tiles is None:
+            self._tiles = starts
+        else:
+            self._tiles[mask] = starts
+        self._elapsed[mask] = 0
+        self._ended[mask] = False
 
     def step(
         self, actions: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         if self._tiles is None:
             raise RuntimeError("call reset() before step()")
+        if self._ended.any():
+            raise RuntimeError(
+                f"sub-environments {np.flatnonzero(self._ended).tolist()} ended their episodes: reset them with "
+                "reset(options={'reset_mask': mask}) before stepping (autoreset mode DISABLED)"
+            )
         actions = np.asarray(actions)
         num_actions = self.layout.num_actions
         if actions.shape != (self.num_envs,) or not np.all((actions >= 0) & (actions < num_actions)):
@@ -400,7 +447,9 @@ class GridworldVectorEnv(VectorEnv):
         obs = self.layout.one_hot(self._tiles)
         done = terminated | truncated
         infos: dict[str, Any] = {}
-        if done.any():
+        if self.autoreset_mode is AutoresetMode.DISABLED:
+            self._ended[:] = done
+        elif done.any():
             final_obs = np.full(self.num_envs, None, dtype=object)
             # Object array of per-env observation arrays, gymnasium's final_obs format.
             final_obs[done] = np.fromiter(obs[done], dtype=object, count=int(done.sum()))
@@ -410,8 +459,7 @@ class GridworldVectorEnv(VectorEnv):
                 "final_info": {},
                 "_final_info": done.copy(),
             }
-            self._tiles[done] = self.layout.sample_starts(self.np_random, int(done.sum()))
-            self._elapsed[done] = 0
+            self._restart(done)
             obs[done] = self.layout.one_hot(self._tiles[done])
         return obs, np.zeros(self.num_envs), terminated, truncated, infos
 
