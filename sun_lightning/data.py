@@ -232,11 +232,13 @@ def _flat_step(batch: TensorDict) -> dict[str, torch.Tensor]:
     """The keys the loop reads of a collected vector step, each flattened to ``[frames, ...]`` (a plain
     dict: reshaping the whole TensorDict, nested keys and all, cost more than the rest of the loop's
     bookkeeping; the storage copies what it keeps at once)."""
-    lead = batch.batch_dims
-    out = {name: batch.get(key).flatten(0, lead - 1) for name, key in _STEP_KEYS.items()}
-    out[keys.TERMINATED], out[keys.EPISODE_END] = out[keys.TERMINATED].reshape(-1), out[keys.EPISODE_END].reshape(-1)
+    out = {name: batch.get(key) for name, key in _STEP_KEYS.items()}
     if keys.GOAL_SELECTED in batch.keys():
-        out.update((name, batch.get(key).reshape(-1)) for name, key in _GOAL_KEYS.items())
+        out.update((name, batch.get(key)) for name, key in _GOAL_KEYS.items())
+    lead = batch.batch_dims
+    if lead > 1:  # (the collector hands over one vector step at a time, [B]: nothing to flatten)
+        out = {name: x.flatten(0, lead - 1) for name, x in out.items()}
+    out[keys.TERMINATED], out[keys.EPISODE_END] = out[keys.TERMINATED].reshape(-1), out[keys.EPISODE_END].reshape(-1)
     return out
 
 

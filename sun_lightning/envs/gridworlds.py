@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 import gymnasium
@@ -90,8 +91,15 @@ class GridLayout:
         return row * self.cols + col
 
     def one_hot(self, tiles: np.ndarray) -> np.ndarray:
-        """Observations ``[..., num_tiles]`` (float32) of a batch of tile indices."""
-        return np.eye(self.num_tiles, dtype=np.float32)[tiles]
+        """Observations ``[..., num_tiles]`` (float32) of a batch of tile indices (a new array)."""
+        return self._eye[tiles]
+
+    @cached_property
+    def _eye(self) -> np.ndarray:
+        # built once, not at every step (writes to __dict__, which the frozen dataclass allows)
+        eye = np.eye(self.num_tiles, dtype=np.float32)
+        eye.flags.writeable = False
+        return eye
 
     def sample_starts(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """Draw ``n`` start tiles from ``start_probs`` (always ``n`` uniforms)."""
@@ -438,7 +446,8 @@ class GridworldVectorEnv(VectorEnv):
             )
         actions = np.asarray(actions)
         num_actions = self.layout.num_actions
-        if actions.shape != (self.num_envs,) or not np.all((actions >= 0) & (actions < num_actions)):
+        # one comparison checks both bounds: negative ints wrap to huge unsigned ones
+        if actions.shape != (self.num_envs,) or actions.dtype.kind not in "iu" or actions.astype(np.uint64).max() >= num_actions:
             raise ValueError(f"actions must be {self.num_envs} ints in [0, {num_actions}), got {actions}")
         self._tiles, terminated = self.layout.transition(self._tiles, actions.astype(np.int64), self.np_random)
         self._elapsed += 1
