@@ -208,7 +208,8 @@ class _StepWriter:
     vector steps along time, and each step goes into D (:meth:`ExplorationDataModule.record`).
 
     A collector without a replay buffer first copies every key of its steps into a rollout buffer,
-    which cost ~5 % of the loop's time outside the updates; the lazy stack hands the steps over as they are.
+    ~0.3 ms per vector step on ThreeRoom (of ~4 ms outside the updates); the lazy stack hands the steps
+    over as they are.
     """
 
     def __init__(self, datamodule: ExplorationDataModule) -> None:

@@ -329,11 +329,11 @@ def test_horizon_truncation_and_final_obs():
     assert flags == [False] * 99 + [True]
 
 
-def test_same_step_autoreset_matches_sync_vector_env():
-    ours = gymnasium.make_vec("sun_lightning/FourRoomStuck-v0", num_envs=2, vectorization_mode="vector_entry_point")
-    sync = SyncVectorEnv(
-        [lambda: gymnasium.make("sun_lightning/FourRoomStuck-v0")] * 2, autoreset_mode=AutoresetMode.SAME_STEP
-    )
+@pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.DISABLED])
+def test_autoreset_modes_match_sync_vector_env(mode):
+    ours = gymnasium.make_vec("sun_lightning/FourRoomStuck-v0", num_envs=2, vectorization_mode="vector_entry_point",
+                              autoreset_mode=mode)
+    sync = SyncVectorEnv([lambda: gymnasium.make("sun_lightning/FourRoomStuck-v0")] * 2, autoreset_mode=mode)
     np.testing.assert_array_equal(ours.reset(seed=0)[0], sync.reset(seed=0)[0])
     goal, start = LAYOUTS["FourRoomStuck"].index(11, 11), LAYOUTS["FourRoomStuck"].index(1, 1)
     # Env 0 walks to G (deterministic path, no Q tile); env 1 keeps bumping the wall.
@@ -341,20 +341,23 @@ def test_same_step_autoreset_matches_sync_vector_env():
         actions = np.array([action, A["L"]])
         o1, r1, te1, tr1, i1 = ours.step(actions)
         o2, r2, te2, tr2, i2 = sync.step(actions)
-        np.testing.assert_array_equal(o1, o2)
-        np.testing.assert_array_equal(r1, r2)
-        np.testing.assert_array_equal(te1, te2)
-        np.testing.assert_array_equal(tr1, tr2)
+        for x1, x2 in ((o1, o2), (r1, r2), (te1, te2), (tr1, tr2)):
+            np.testing.assert_array_equal(x1, x2)
         assert i1.keys() == i2.keys()
-        if t == len(FOUR_ROOM_TO_GOAL):
-            assert te1.tolist() == [True, False]
+        assert te1.tolist() == [t == len(FOUR_ROOM_TO_GOAL), False]
+        if not te1.any() or mode is AutoresetMode.DISABLED:
+            assert i1 == {}
+        if te1.any() and mode is AutoresetMode.SAME_STEP:
             assert i1["_final_obs"].tolist() == [True, False] and i1["_final_info"].tolist() == [True, False]
             assert i1["final_obs"][1] is None and i1["final_obs"][0].argmax() == goal
             np.testing.assert_array_equal(i1["final_obs"][0], i2["final_obs"][0])
             assert i1["final_info"] == i2["final_info"] == {}
             assert o1[0].argmax() == start  # the reset observation, same step
-        else:
-            assert i1 == {}
+        elif te1.any():
+            assert o1[0].argmax() == goal  # the true last observation; the reset is the caller's
+            o1, o2 = (env.reset(options={"reset_mask": te1.copy()})[0] for env in (ours, sync))
+            np.testing.assert_array_equal(o1, o2)
+            assert o1[0].argmax() == start and o1[1].argmax() == start
 
 
 def test_vector_env_matches_single_envs_on_deterministic_maze():
@@ -432,29 +435,6 @@ def test_disabled_autoreset_partial_resets():
         env.reset(options={"reset_mask": np.ones(3, dtype=np.int64)})
     with pytest.raises(ValueError, match="SAME_STEP or DISABLED"):
         GridworldVectorEnv("ThreeRoom", autoreset_mode=AutoresetMode.NEXT_STEP)
-
-
-def test_disabled_autoreset_matches_sync_vector_env():
-    ours = GridworldVectorEnv("FourRoomStuck", num_envs=2, autoreset_mode="Disabled")
-    sync = SyncVectorEnv(
-        [lambda: gymnasium.make("sun_lightning/FourRoomStuck-v0")] * 2, autoreset_mode=AutoresetMode.DISABLED
-    )
-    np.testing.assert_array_equal(ours.reset(seed=0)[0], sync.reset(seed=0)[0])
-    goal, start = LAYOUTS["FourRoomStuck"].index(11, 11), LAYOUTS["FourRoomStuck"].index(1, 1)
-    # Env 0 walks to G (deterministic path, no Q tile); env 1 keeps bumping the wall.
-    for t, action in enumerate(FOUR_ROOM_TO_GOAL + [A["L"]] * 3, start=1):
-        actions = np.array([action, A["L"]])
-        o1, r1, te1, tr1, i1 = ours.step(actions)
-        o2, r2, te2, tr2, i2 = sync.step(actions)
-        for x1, x2 in ((o1, o2), (r1, r2), (te1, te2), (tr1, tr2)):
-            np.testing.assert_array_equal(x1, x2)
-        assert i1 == i2 == {}
-        assert te1.tolist() == [t == len(FOUR_ROOM_TO_GOAL), False]
-        if te1.any():
-            assert o1[0].argmax() == goal  # the true last observation
-            o1, o2 = (env.reset(options={"reset_mask": te1.copy()})[0] for env in (ours, sync))
-            np.testing.assert_array_equal(o1, o2)
-            assert o1[0].argmax() == start and o1[1].argmax() == start
 
 
 def test_disabled_autoreset_draws_as_same_step():

@@ -409,7 +409,8 @@ class GridworldVectorEnv(VectorEnv):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Reset every sub-environment, or only those of ``options["reset_mask"]`` (``[num_envs]`` bool).
 
-        Returns the observations of all sub-environments (the others' unchanged).
+        Returns the observations of all sub-environments (the others' unchanged). A ``seed`` reseeds the
+        one generator of all sub-environments, with a mask too.
         """
         mask = None if options is None else options.get("reset_mask")
         if mask is None or self._tiles is None:
