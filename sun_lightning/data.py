@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import gymnasium
-from gymnasium.vector import AutoresetMode
 import lightning.pytorch as pl
 import torch
+from gymnasium.vector import AutoresetMode
 from jsonargparse import lazy_instance
 from tensordict import TensorDict, TensorDictBase
 from torch.utils.data import DataLoader, IterableDataset
@@ -148,7 +148,7 @@ class ExplorationDataModule(pl.LightningDataModule):
         """Step the collector until ``total_frames``, yielding the learning batches of each vector step (one per update)."""
         credit = 0.0
         learns = self.selector.learns and self.updates_per_frame > 0
-        frames = self.num_envs
+        step_frames = self.num_envs
         for _ in self.collector:  # each batch is written into D by `record` before the collector yields
             if self.frames >= self.warmup_frames:
                 # One more step of random actions lets the transform draw goals first. (Set only
@@ -160,7 +160,7 @@ class ExplorationDataModule(pl.LightningDataModule):
                     self.transform.active = True
                 if learns:
                     # One update per frame collected after the warm-up.
-                    credit += min(frames, self.frames - self.warmup_frames) * self.updates_per_frame
+                    credit += min(step_frames, self.frames - self.warmup_frames) * self.updates_per_frame
                     scale = self.storage.scale()
                     updates = int(credit)
                     credit -= updates
@@ -229,16 +229,12 @@ _GOAL_KEYS = {keys.GOAL_SELECTED: keys.GOAL_SELECTED, keys.GOAL_RESELECTED: keys
               keys.GOAL_STEPS: (keys.NEXT, keys.GOAL_STEPS)}
 
 
-def _flat_step(batch: TensorDict) -> dict[str, torch.Tensor]:
-    """The keys the loop reads of a collected vector step, each flattened to ``[frames, ...]`` (a plain
-    dict: reshaping the whole TensorDict, nested keys and all, cost more than the rest of the loop's
-    bookkeeping; the storage copies what it keeps at once)."""
-    out = {name: batch.get(key) for name, key in _STEP_KEYS.items()}
-    if keys.GOAL_SELECTED in batch.keys():
-        out.update((name, batch.get(key)) for name, key in _GOAL_KEYS.items())
-    lead = batch.batch_dims
-    if lead > 1:  # (the collector hands over one vector step at a time, [B]: nothing to flatten)
-        out = {name: x.flatten(0, lead - 1) for name, x in out.items()}
+def _flat_step(step: TensorDictBase) -> dict[str, torch.Tensor]:
+    """The keys the loop reads of one collected vector step ``[B]``, each ``[B, ...]`` (a plain dict: the
+    storage copies what it keeps at once, and a TensorDict's checks would be spent for nothing)."""
+    out = {name: step.get(key) for name, key in _STEP_KEYS.items()}
+    if keys.GOAL_SELECTED in step.keys():
+        out.update((name, step.get(key)) for name, key in _GOAL_KEYS.items())
     out[keys.TERMINATED], out[keys.EPISODE_END] = out[keys.TERMINATED].reshape(-1), out[keys.EPISODE_END].reshape(-1)
     return out
 

@@ -39,7 +39,12 @@ import gymnasium
 import numpy as np
 from gymnasium.envs.registration import load_env_creator
 
-from sun_lightning.envs.registry import NAMESPACE, GoalSpace, register
+from sun_lightning.envs.registry import (
+    NAMESPACE,
+    GoalSpace,
+    register,
+    torchrl_autoreset_mode,
+)
 
 __all__ = [
     "CLASSIC_IDS",
@@ -142,9 +147,7 @@ def make_vector_env(
     Returns:
         The vector environment.
     """
-    mode = gymnasium.vector.AutoresetMode(autoreset_mode)
-    if mode not in (gymnasium.vector.AutoresetMode.SAME_STEP, gymnasium.vector.AutoresetMode.DISABLED):
-        raise ValueError(f"autoreset_mode must be SAME_STEP or DISABLED (TorchRL's GymWrapper rejects NEXT_STEP), got {mode}")
+    mode = torchrl_autoreset_mode(autoreset_mode)
 
     def make_one() -> gymnasium.Env:
         env = make_env(**kwargs)

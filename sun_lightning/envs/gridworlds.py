@@ -26,7 +26,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from sun_lightning.envs.registry import GoalSpace, register
+from sun_lightning.envs.registry import GoalSpace, register, torchrl_autoreset_mode
 
 # Action indices. The 4-action worlds use the first four; GridMaze uses all nine.
 LEFT, RIGHT, UP, DOWN, UP_LEFT, UP_RIGHT, DOWN_LEFT, DOWN_RIGHT, STAY = range(9)
@@ -388,9 +388,7 @@ class GridworldVectorEnv(VectorEnv):
         max_episode_steps: int | None = None,
         autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
     ) -> None:
-        mode = AutoresetMode(autoreset_mode)
-        if mode not in (AutoresetMode.SAME_STEP, AutoresetMode.DISABLED):
-            raise ValueError(f"autoreset_mode must be SAME_STEP or DISABLED, got {mode}")
+        mode = torchrl_autoreset_mode(autoreset_mode)
         # TorchRL's GymWrapper reads the mode from this attribute, not from metadata.
         self.autoreset_mode = mode
         self.metadata = {**self.metadata, "autoreset_mode": mode}

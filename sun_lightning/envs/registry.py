@@ -83,6 +83,15 @@ class GoalSpace:
 _GOAL_SPACES: dict[str, GoalSpace] = {}
 
 
+def torchrl_autoreset_mode(mode: gymnasium.vector.AutoresetMode | str) -> gymnasium.vector.AutoresetMode:
+    """``mode`` (an ``AutoresetMode`` or its value) if TorchRL's ``GymWrapper`` takes it: ``SAME_STEP`` or
+    ``DISABLED`` (it rejects ``NEXT_STEP``); the vector entry points' check of their ``autoreset_mode``."""
+    mode = gymnasium.vector.AutoresetMode(mode)
+    if mode not in (gymnasium.vector.AutoresetMode.SAME_STEP, gymnasium.vector.AutoresetMode.DISABLED):
+        raise ValueError(f"autoreset_mode must be SAME_STEP or DISABLED (TorchRL's GymWrapper rejects NEXT_STEP), got {mode}")
+    return mode
+
+
 def register(env_id: str, goal_space: GoalSpace, **gym_kwargs) -> None:
     """Register ``env_id`` with gymnasium and record its goal space.
 

@@ -10,9 +10,11 @@ made by the sampler before either path runs, so a seed gives the same batch on b
 from __future__ import annotations
 
 import ctypes
+import weakref
 from pathlib import Path
 
 import torch
+from tensordict import TensorDictBase
 
 from sun_lightning import keys
 from sun_lightning.native import NativeLibrary
@@ -32,12 +34,16 @@ _COLUMNS = {keys.OBS: torch.float32, keys.NEXT_OBS: torch.float32, keys.ACTION: 
             keys.TERMINATED: torch.bool, keys.EPISODE_END: torch.bool}
 
 
+#: applies()'s answer per storage, with the column table it was given for (weak keys: storages come and go).
+_APPLIES: weakref.WeakKeyDictionary[GoalReplayStorage, tuple[TensorDictBase, bool]] = weakref.WeakKeyDictionary()
+
+
 def applies(storage: GoalReplayStorage) -> bool:
     """Whether the kernel serves ``storage``: on CPU, discrete actions with the exact or radius reach
     rule, the stored dtypes it reads (float32 observations, int64 actions, bool flags, one row per
     entry), and the library builds (warns once if not)."""
     table = storage.table()
-    cached = getattr(storage, "_hindsight_native", None)  # (table, answer): columns are allocated once, at the first write
+    cached = _APPLIES.get(storage)  # (table, answer): columns are allocated once, at the first write
     if cached is not None and cached[0] is table:
         return cached[1]
     space = storage.space
@@ -47,7 +53,7 @@ def applies(storage: GoalReplayStorage) -> bool:
         if column.dtype != dtype or column.dim() != (2 if dtype is torch.float32 else 1) or not column.is_contiguous():
             ok = False
     ok = ok and LIBRARY.available("Falling back to the tensor path of SegmentedHindsightSampler.")
-    storage._hindsight_native = (table, ok)
+    _APPLIES[storage] = (table, ok)
     return ok
 
 
