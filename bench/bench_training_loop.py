@@ -12,6 +12,9 @@ update spends in matrix products, two ways:
   machine-speed drift hits both alike.
 
 Targets: update ≤ 1.5 × matmul time; loop ≤ 1.15 × the time spent in updates (both timed in one run).
+The rest of the loop (loop minus updates) is split, in the same run, into the loop's own work (goal
+selection, policy, the environment's step, replay writes, batch draws; :data:`STREAM_PARTS`), TorchRL's
+collector machinery around it and Lightning's per-step machinery (the timers add ~1 µs per call).
 
 Usage: python bench/bench_training_loop.py [--frames 3000] [--updates 200] [--threads N]
 """
@@ -48,12 +51,46 @@ def build(frames: int, warmup: int, env: str, num_envs: int, config: str = "conf
     return main(args, run=False)
 
 
-def time_loop(cli, warmup: int) -> tuple[float, int, float, int, float]:
+#: The loop's own work inside the stream, timed per part (``time_loop``): what the issue calls the rest
+#: (selection, pseudocount, environment, storage), plus acting and the learning batches' draws.
+STREAM_PARTS = ("goal selection", "policy", "environment", "replay writes", "batch draws")
+
+
+def time_parts(dm, marks: dict[str, float]) -> None:
+    """Wrap the stream's parts (:data:`STREAM_PARTS`) in timers that add to ``marks`` once ``"start"`` is in it.
+
+    The environment's part is the gymnasium vector env's own ``step`` (TorchRL's wrapper around it counts as
+    TorchRL's machinery); the goal selection's is the goal transform's ``_step`` and ``_reset``. Called once the
+    DataModule has built them (its first frames), each wrapper an instance attribute over the bound method.
+    """
+    def timed(owner, name: str, label: str) -> None:
+        inner = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                if "start" in marks:
+                    marks[label] += time.perf_counter() - start
+        setattr(owner, name, wrapper)
+
+    marks.update(dict.fromkeys(STREAM_PARTS, 0.0))
+    timed(dm.transform, "_step", "goal selection")
+    timed(dm.transform, "_reset", "goal selection")
+    timed(dm.policy, "forward", "policy")
+    timed(dm.env.base_env._env, "step", "environment")
+    timed(dm, "record", "replay writes")
+    timed(dm, "_learning_batches", "batch draws")
+
+
+def time_loop(cli, warmup: int) -> tuple[float, int, float, int, float, dict[str, float]]:
     """Seconds and frames of the learning phase of a full ``trainer.fit``, the seconds and count of the
     learner updates inside it (timed in the same run, so that machine-speed drift between a loop
-    measurement and a separate update measurement cannot skew the loop's overhead), and the seconds
+    measurement and a separate update measurement cannot skew the loop's overhead), the seconds
     spent inside the DataModule's stream (collection, replay writes, batch draws: the rest of the
-    rest is Lightning's own per-step machinery)."""
+    rest is Lightning's own per-step machinery), and the seconds of each of the stream's parts
+    (:data:`STREAM_PARTS`; the stream's remainder is TorchRL's collector machinery)."""
     marks: dict[str, float] = {"in_updates": 0.0, "updates": 0, "in_stream": 0.0}
     dm, module = cli.datamodule, cli.model
     update, stream = module.update, dm.stream
@@ -70,6 +107,8 @@ def time_loop(cli, warmup: int) -> tuple[float, int, float, int, float]:
             yield item
 
     def on_frames(frames: int) -> None:
+        if "goal selection" not in marks:  # (the DataModule's first frames: its parts exist now)
+            time_parts(dm, marks)
         if frames >= warmup and "start" not in marks:
             marks["start"], marks["frames0"] = time.perf_counter(), frames
         marks["end"], marks["frames1"] = time.perf_counter(), frames
@@ -88,7 +127,7 @@ def time_loop(cli, warmup: int) -> tuple[float, int, float, int, float]:
     finally:
         del module.update, dm.stream
     return (marks["end"] - marks["start"], int(marks["frames1"] - marks["frames0"]), marks["in_updates"], marks["updates"],
-            marks["in_stream"])
+            marks["in_stream"], {part: marks[part] for part in STREAM_PARTS})
 
 
 def time_updates(module, dm, updates: int) -> tuple[float, float, int]:
@@ -178,7 +217,7 @@ def main_bench() -> None:
         torch.set_num_threads(args.threads)
 
     cli = build(args.frames, args.warmup, args.env, args.num_envs)
-    loop_s, frames, in_updates_s, loop_updates, in_stream_s = time_loop(cli, args.warmup)
+    loop_s, frames, in_updates_s, loop_updates, in_stream_s, parts = time_loop(cli, args.warmup)
     module, dm = cli.model, cli.datamodule
     per_update, matmul, gemm_calls = time_updates(module, dm, args.updates)
     replay_mm, replay_update = matmul_replay(module, dm)
@@ -200,6 +239,11 @@ def main_bench() -> None:
     print(f"  of the rest, batch sampling is ~{per_sample * loop_updates / rest * 100:.0f} %")
     print(f"  the DataModule's stream (collection, replay writes, batch draws): {in_stream_s / frames * 1e3:.2f} ms per frame; "
           f"Lightning's own per-step machinery: {(rest - in_stream_s) / frames * 1e3:.2f} ms per frame")
+    work = sum(parts.values())
+    print("  the stream's parts, ms per frame: " + ", ".join(f"{k} {v / frames * 1e3:.3f}" for k, v in parts.items())
+          + f"; TorchRL's collector machinery (the stream's remainder) {(in_stream_s - work) / frames * 1e3:.3f}")
+    print(f"  the loop's own work (those parts) / update: {work / in_updates_s * 100:.1f} %; the frameworks' machinery "
+          f"(TorchRL's collector and Lightning's step) / update: {(rest - work) / in_updates_s * 100:.1f} %")
 
 if __name__ == "__main__":
     main_bench()
