@@ -48,7 +48,8 @@ class ExplorationLogger(pl.Callback):
     def log_now(self, frames: int, final: bool = False) -> dict[str, float]:
         dm = self._datamodule
         now = time.perf_counter()
-        metrics = exploration_metrics(dm.storage, knn=final and self.knn_entropy)
+        visits = dm.pseudocount.visits() if dm.goal_space.exact_counts else None
+        metrics = exploration_metrics(dm.storage, visits, knn=final and self.knn_entropy)
         metrics.update(dm.window.pop())
         metrics.update(self._module.pop_train_metrics())
         metrics["perf/speed/frames_per_second"] = (frames - self._last_frames) / max(now - self._last_time, 1e-9)

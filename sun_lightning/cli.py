@@ -1,7 +1,7 @@
 """Command line: ``python -m sun_lightning fit --config conf/<env>.yaml`` (LightningCLI).
 
 Configuration is the constructors' signatures: ``model`` is an
-:class:`~sun_lightning.module.SVFModule` subclass (the DQN variant for
+:class:`~sun_lightning.learners.base.Learner` subclass (the DQN variant for
 discrete actions), ``data`` the :class:`~sun_lightning.data.ExplorationDataModule`
 (environment, selection rule, replay) and ``metrics`` the
 :class:`~callbacks.exploration.ExplorationLogger`. Runs are tracked with an
@@ -18,7 +18,7 @@ from lightning.pytorch.loggers import MLFlowLogger
 
 from callbacks.exploration import ExplorationLogger
 from sun_lightning.data import ExplorationDataModule
-from sun_lightning.module import SVFModule
+from sun_lightning.learners.base import Learner
 from sun_lightning.runtime import tune_allocator
 from sun_lightning.tracking import MLFLOW_DIR, MLFLOW_URI, prepare_store
 
@@ -74,7 +74,7 @@ def main(args: list[str] | None = None, run: bool = True) -> SUNCLI:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     tune_allocator()
     return SUNCLI(
-        model_class=SVFModule,
+        model_class=Learner,
         datamodule_class=ExplorationDataModule,
         subclass_mode_model=True,
         save_config_callback=MLflowSaveConfig,

@@ -1,15 +1,22 @@
-"""Data collection: environments, collector, replay storage and the stream of learning batches.
+"""Data collection: environments, collector, replay storage and the stream of learning batches (SPEC §9).
 
 Everything that touches environments lives here and is built in ``setup()``,
-so checkpoints, DDP and ``--print_config`` never see it. The "dataset" is a
-stream that steps the TorchRL collector, writes each vector step into the
-replay storage (pseudocounts updated on insert) and yields one relabelled
-batch per learner update (SPEC §9).
+so checkpoints, DDP and ``--print_config`` never see it. One vector step, as
+data flows::
+
+    gymnasium vector env → TorchRL env + GoalSelectionTransform (goal per env, SPEC §3)
+      → the learner's acting policy → Collector
+      → replay storage D (+ pseudocount update of the new entries, SPEC §4)
+      → the learner's sampler → one relabelled batch per learner update
+
+The "dataset" is a stream that steps the collector and yields the learning
+batches of each vector step, never a DataLoader re-batching single transitions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Literal
 
 import gymnasium
 import lightning.pytorch as pl
@@ -23,13 +30,13 @@ from torchrl.envs import GymWrapper, TransformedEnv
 
 import sun_lightning.envs  # noqa: F401  (registers the environments)
 from sun_lightning import keys
-from sun_lightning.envs.registry import goal_space
+from sun_lightning.envs.registry import GoalSpace, goal_space
 from sun_lightning.goals.base import GoalSelector
 from sun_lightning.goals.sun import SUNAdaptive
 from sun_lightning.goals.transform import GoalSelectionTransform
-from sun_lightning.policy import EpsilonGreedyPolicy
+from sun_lightning.learners.base import Learner
 from sun_lightning.replay.exact_count import ExactCount
-from sun_lightning.replay.hindsight import SegmentedHindsightSampler
+from sun_lightning.replay import pseudocount as radius
 from sun_lightning.replay.pseudocount import RadiusPseudocount
 from sun_lightning.replay.storage import GoalReplayStorage
 
@@ -44,13 +51,12 @@ class ExplorationDataModule(pl.LightningDataModule):
         warmup_frames: frames of uniformly random actions before learning (SPEC §5d).
         capacity: replay entries kept (FIFO eviction beyond); ``None`` keeps everything.
         selector: the goal-selection rule (SPEC §3).
-        epsilon: ε of the ε-greedy policy.
         updates_per_frame: learner updates per env frame (1 in the paper).
-        num_sequences: runs per learning batch (SPEC §5a: 16).
-        sequence_length: steps per run, the TD(λ) horizon T (16).
-        relabels: segmented-future relabellings per run (4).
-        negatives: pair every relabelling with a random goal from D.
-        sigma_every: inserts between re-standardizations of the radius pseudocount.
+        sigma_every: inserts between re-standardizations of the radius pseudocount (SPEC §4).
+        backend: the radius pseudocount's index: ``native`` (a C hash grid, built with the system
+            C compiler), ``torch`` (brute force on the storage's device), or ``auto`` (native on
+            CPU where it builds, torch otherwise, with a one-line warning).
+        storage_device: where D and its pseudocounts live; ``None``: the learner's device.
         seed: environment seed; ``None`` derives it from ``seed_everything``.
     """
 
@@ -62,13 +68,10 @@ class ExplorationDataModule(pl.LightningDataModule):
         warmup_frames: int = 10_000,
         capacity: int | None = None,
         selector: GoalSelector = lazy_instance(SUNAdaptive),
-        epsilon: float = 0.1,
         updates_per_frame: float = 1.0,
-        num_sequences: int = 16,
-        sequence_length: int = 16,
-        relabels: int = 4,
-        negatives: bool = True,
         sigma_every: int = 1000,
+        backend: Literal["auto", "native", "torch"] = "auto",
+        storage_device: str | None = None,
         seed: int | None = None,
     ) -> None:
         super().__init__()
@@ -76,18 +79,16 @@ class ExplorationDataModule(pl.LightningDataModule):
         for name, value in (("total_frames", total_frames), ("num_envs", num_envs)):
             if value <= 0:
                 raise ValueError(f"{name} must be positive, got {value}")
-        if warmup_frames < sequence_length * num_envs:
-            raise ValueError(
-                f"warmup_frames ({warmup_frames}) must cover one sequence of {sequence_length} steps in each of {num_envs} envs"
-            )
+        if warmup_frames < 0:
+            raise ValueError(f"warmup_frames must be >= 0, got {warmup_frames}")
         if updates_per_frame < 0:
             raise ValueError(f"updates_per_frame must be >= 0, got {updates_per_frame}")
-        if capacity is not None and capacity < sequence_length * num_envs:
-            raise ValueError(f"capacity ({capacity}) must hold one sequence of {sequence_length} steps per env")
+        if backend not in ("auto", "native", "torch"):
+            raise ValueError(f"backend must be 'auto', 'native' or 'torch', got {backend!r}")
         self.env_id, self.total_frames, self.num_envs = env_id, total_frames, num_envs
         self.warmup_frames, self.capacity, self.selector = warmup_frames, capacity, selector
-        self.epsilon, self.updates_per_frame, self.sigma_every, self.seed = epsilon, updates_per_frame, sigma_every, seed
-        self.sampler = SegmentedHindsightSampler(num_sequences, sequence_length, relabels, negatives)
+        self.updates_per_frame, self.sigma_every, self.seed = updates_per_frame, sigma_every, seed
+        self.backend, self.storage_device = backend, storage_device
         self.frames = 0
         self.frame_listeners: list[Callable[[int], None]] = []
         self.window = CollectionStats()
@@ -96,15 +97,20 @@ class ExplorationDataModule(pl.LightningDataModule):
     def setup(self, stage: str) -> None:
         if getattr(self, "collector", None) is not None:
             return
-        learner = self._learner = self.trainer.lightning_module
-        space = self.goal_space
+        learner: Learner = self.trainer.lightning_module
+        self.learner, space = learner, self.goal_space
+        self.sampler = learner.make_sampler()
+        needed = getattr(self.sampler, "steps_needed", 1) * self.num_envs
+        if self.warmup_frames < needed:
+            raise ValueError(f"warmup_frames ({self.warmup_frames}) must cover the {needed // self.num_envs} steps "
+                             f"of each of {self.num_envs} envs that the learner's first batch needs")
         capacity = self.capacity or self.total_frames + self.num_envs
+        if capacity < needed:
+            raise ValueError(f"capacity ({capacity}) must hold the {needed // self.num_envs} steps per env of a batch")
         capacity += -capacity % self.num_envs
-        if space.exact_counts:
-            pseudocount = ExactCount(space.obs_dim * space.num_actions, capacity, space.num_actions)
-        else:
-            pseudocount = RadiusPseudocount(space.goal_dim, space.rho, capacity, space.num_actions, self.sigma_every)
-        self.storage = GoalReplayStorage(space, self.num_envs, capacity, pseudocount)
+        device = torch.device(self.storage_device) if self.storage_device else learner.device
+        self.storage = GoalReplayStorage(space, self.num_envs, capacity, device)
+        self.pseudocount = build_pseudocount(space, capacity, self.sigma_every, device, self.backend)
         seed = self.seed if self.seed is not None else torch.initial_seed() % 2**31
         # Under DDP every rank explores with its own envs: distinct streams.
         seed += self.trainer.global_rank
@@ -114,14 +120,11 @@ class ExplorationDataModule(pl.LightningDataModule):
                                  autoreset_mode=AutoresetMode.DISABLED)
         base = GymWrapper(vec, categorical_action_encoding=True)
         base.set_seed(seed)
-        self.transform = GoalSelectionTransform(self.selector, self.storage, learner, self.num_envs)
+        self.transform = GoalSelectionTransform(self.selector, self.storage, self.pseudocount, learner, self.num_envs)
         self.env = TransformedEnv(base, self.transform)
-        self.policy = EpsilonGreedyPolicy(learner, space.num_actions, self.epsilon, self.selector.uses_goals)
-        # One vector step per batch, which the collector writes into D through TorchRL's replay-buffer
-        # interface (``_StepWriter.extend``): its steps reach D without first being copied into a
-        # rollout buffer. Trajectory ids are never read.
+        self.policy = learner.make_policy(self.selector.uses_goals)
         self.collector = Collector(self.env, self.policy, frames_per_batch=self.num_envs, total_frames=-1,
-                                   replay_buffer=_StepWriter(self), track_traj_ids=False)
+                                   track_traj_ids=False)
 
     def teardown(self, stage: str) -> None:
         collector = getattr(self, "collector", None)
@@ -130,11 +133,7 @@ class ExplorationDataModule(pl.LightningDataModule):
             self.collector = None
 
     def transfer_batch_to_device(self, batch: list[TensorDict], device: torch.device, dataloader_idx: int) -> list[TensorDict]:
-        """Move the learning batches to the learner's device, unless they are there already.
-
-        The sampler draws them where D lives, so on one device Lightning's generic move would
-        only walk every key of every batch to return the same tensors.
-        """
+        """Move the learning batches to the learner's device, unless they are there already (D lives there)."""
         if all(td.device == device for td in batch):
             return batch
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
@@ -148,11 +147,11 @@ class ExplorationDataModule(pl.LightningDataModule):
         """Step the collector until ``total_frames``, yielding the learning batches of each vector step (one per update)."""
         credit = 0.0
         learns = self.selector.learns and self.updates_per_frame > 0
-        step_frames = self.num_envs
-        for _ in self.collector:  # each batch is written into D by `record` before the collector yields
+        for rollout in self.collector:  # [B, 1]: one vector step
+            self.record(rollout[..., 0])
             if self.frames >= self.warmup_frames:
-                # One more step of random actions lets the transform draw goals first. (Set only
-                # on change: both are nn.Modules, whose attribute assignment is slow.)
+                # One more step of random actions lets the transform draw goals first. (Set only on
+                # change: both are nn.Modules, whose attribute assignment walks their dicts.)
                 warmup = not self.transform.active
                 if self.policy.warmup != warmup:
                     self.policy.warmup = warmup
@@ -160,35 +159,53 @@ class ExplorationDataModule(pl.LightningDataModule):
                     self.transform.active = True
                 if learns:
                     # One update per frame collected after the warm-up.
-                    credit += min(step_frames, self.frames - self.warmup_frames) * self.updates_per_frame
-                    scale = self.storage.scale()
+                    credit += min(self.num_envs, self.frames - self.warmup_frames) * self.updates_per_frame
                     updates = int(credit)
                     credit -= updates
                     if updates:
                         # One item per vector step (a Lightning training step): its updates
                         # share Lightning's per-step overhead and one draw of their batches.
-                        yield self._learning_batches(scale, updates)
+                        yield self._learning_batches(updates)
             if self.frames >= self.total_frames:
                 return
 
     def record(self, step: TensorDictBase) -> None:
-        """Write one collected vector step into D (pseudocounts updated on insert), feed the learner's
-        running statistics and the window's goal statistics, and count its frames."""
+        """Write one collected vector step ``[B]`` into D, count its entries' pseudocounts (SPEC §4), feed the
+        learner's running statistics and the window's goal statistics, and count its frames."""
         flat = _flat_step(step)
-        self.storage.extend(flat)
-        self._learner.observe(flat[keys.OBS])
+        index = self.storage.extend(flat)
+        action = flat[keys.ACTION] if self.goal_space.discrete else None
+        self.pseudocount.insert(index, self.goal_space.project(flat[keys.OBS]).to(self.storage.device),
+                                None if action is None else action.to(self.storage.device))
+        self.learner.observe(flat[keys.OBS])
         self.window.update(flat)
-        self.frames += step.numel()
+        self.frames += self.num_envs
         for listener in self.frame_listeners:
             listener(self.frames)
 
-    def _learning_batches(self, scale: torch.Tensor | None, updates: int) -> list[TensorDict]:
+    def scale(self) -> torch.Tensor | None:
+        """The radius pseudocount's goal standardization σ̃ (``None`` for exact counts)."""
+        scale = getattr(self.pseudocount, "scale", None)
+        return None if scale is None else scale().to(self.storage.device)
+
+    def _learning_batches(self, updates: int) -> list[TensorDict]:
         """The batches of ``updates`` updates, drawn at once; ensembles get one independent batch per member, stacked ``[E]``."""
-        members = getattr(self._learner, "batches_per_update", 1)
-        batches = self.sampler.sample(self.storage, scale, count=updates * members)
+        members = self.learner.batches_per_update
+        batches = self.sampler.sample(self.storage, self.scale(), count=updates * members)
         if members > 1:
             batches = batches.reshape(updates, members)
         return list(batches.unbind(0))
+
+
+def build_pseudocount(space: GoalSpace, capacity: int, sigma_every: int, device: torch.device, backend: str = "auto"):
+    """The pseudocount of D's entries (SPEC §4): exact (tile, action) counts on gridworlds, the radius
+    pseudocount elsewhere (ρ and the goal action from the environment's goal space)."""
+    if space.exact_counts:
+        return ExactCount(space.obs_dim * space.num_actions, capacity, space.num_actions, device)
+    make = getattr(radius, "make_radius_pseudocount", None)
+    if make is None:  # TEMPORARY until the torch pseudocount lands
+        return RadiusPseudocount(space.goal_dim, space.rho, capacity, space.num_actions, sigma_every, device)
+    return make(space.goal_dim, space.rho, capacity, space.num_actions, sigma_every, device, backend)
 
 
 class _Stream(IterableDataset):
@@ -201,23 +218,6 @@ class _Stream(IterableDataset):
 
 def _identity(batch: list[TensorDict]) -> list[TensorDict]:
     return batch
-
-
-class _StepWriter:
-    """The collector's replay buffer: TorchRL calls ``extend`` with each collected batch, the lazy stack of its
-    vector steps along time, and each step goes into D (:meth:`ExplorationDataModule.record`).
-
-    A collector without a replay buffer first copies every key of its steps into a rollout buffer,
-    ~0.3 ms per vector step on ThreeRoom (of ~4 ms outside the updates); the lazy stack hands the steps
-    over as they are.
-    """
-
-    def __init__(self, datamodule: ExplorationDataModule) -> None:
-        self.datamodule = datamodule
-
-    def extend(self, rollout: TensorDictBase) -> None:
-        for step in rollout.unbind(rollout.ndim - 1):  # the lazy stack's own steps, in order
-            self.datamodule.record(step)
 
 
 #: What the loop reads of a collected vector step: the replay storage's entries (``STORED_KEYS``), then

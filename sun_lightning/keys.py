@@ -37,3 +37,9 @@ GOALS = "goals"                      # [U_g, goal_dim]
 STATE_INDEX = "state_index"          # [N, T] row -> s_t in STATES
 NEXT_STATE_INDEX = "next_state_index"  # [N, T] row -> s_{t+1} (as stored) in STATES
 GOAL_INDEX = "goal_index"            # [N, T] row -> g_t in GOALS
+
+# Learning batches of the TD3 variant (SPEC §5b): per row, its goal and the path of up to T_max steps to it.
+FUTURE = "future"                    # [N] the goal is a future state of the row's trajectory (else uniform)
+PATH_NEXT_OBS = "path_next_obs"      # [N, H, obs_dim] the state each path step led to
+PATH_TERMINATED = "path_terminated"  # [N, H] the path step terminated its episode
+PATH_VALID = "path_valid"            # [N, H] the step lies on the row's path (steps 0 … k − 1)

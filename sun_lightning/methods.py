@@ -7,7 +7,7 @@ that select it, so the README table, the comparison runner
 
 from __future__ import annotations
 
-ENSEMBLE_MODEL = ("--model", "sun_lightning.agents.ensemble_dqn.EnsembleDQNSVF")
+ENSEMBLE_MODEL = ("--model", "sun_lightning.learners.ensemble_dqn.EnsembleDQNSVF")
 
 METHODS: dict[str, tuple[str, ...]] = {
     "sun": (),

@@ -5,9 +5,11 @@ from __future__ import annotations
 import gymnasium
 from gymnasium.vector import AutoresetMode
 import torch
+from tensordict import TensorDict
 from torchrl.envs import GymWrapper, TransformedEnv
 
 import sun_lightning.envs  # noqa: F401
+from sun_lightning import keys
 from sun_lightning.envs.registry import goal_space
 from sun_lightning.goals.transform import GoalSelectionTransform
 from sun_lightning.replay.exact_count import ExactCount
@@ -24,25 +26,35 @@ class TableLearner:
     def __init__(self, num_tiles: int) -> None:
         self.table = torch.zeros(num_tiles, num_tiles)
 
-    def goal_values(self, obs, goal, goal_action):
-        return self.table[obs.argmax(-1).unsqueeze(-1), goal.argmax(-1)]
-
-    def act(self, obs, goal, goal_action):
-        return torch.zeros(obs.shape[0], dtype=torch.long)
+    def goal_values(self, obs, goal, goal_action=None, goal_keys=None):
+        return self.table[obs.argmax(-1).unsqueeze(-1), goal.argmax(-1)], None
 
 
 def one_hot(tiles, size: int) -> torch.Tensor:
     return torch.nn.functional.one_hot(torch.as_tensor(tiles), size).float()
 
 
-def filled_storage(tiles: list[int], actions: list[int], env_id: str = THREE_ROOM, num_envs: int = 1, capacity: int = 1000):
+class CountedStorage(GoalReplayStorage):
+    """A storage with its exact pseudocount beside it (as the DataModule keeps them), counted on ``extend``."""
+
+    def __init__(self, space, num_envs: int, capacity: int) -> None:
+        super().__init__(space, num_envs, capacity)
+        self.pseudocount = ExactCount(space.obs_dim * space.num_actions, self.capacity, space.num_actions)
+
+    def extend(self, frames):
+        index = super().extend(frames)
+        self.pseudocount.insert(index, frames[keys.OBS], frames[keys.ACTION])
+        return index
+
+    def counts(self, index):
+        return self.pseudocount.counts(index.reshape(-1)).reshape(index.shape)
+
+
+def filled_storage(tiles: list[int], actions: list[int], env_id: str = THREE_ROOM, num_envs: int = 1,
+                   capacity: int = 1000) -> CountedStorage:
     """A storage whose entries are the given (tile, action) pairs, written one vector step at a time."""
-    from tensordict import TensorDict
-
-    from sun_lightning import keys
-
     space = goal_space(env_id)
-    storage = GoalReplayStorage(space, num_envs, capacity, ExactCount(space.obs_dim * space.num_actions, capacity, space.num_actions))
+    storage = CountedStorage(space, num_envs, capacity)
     for start in range(0, len(tiles), num_envs):
         t = torch.tensor(tiles[start : start + num_envs])
         obs = one_hot(t, space.obs_dim)
@@ -68,6 +80,6 @@ def goal_env(selector, storage, learner, num_envs: int, env_id: str = THREE_ROOM
                              autoreset_mode=AutoresetMode.DISABLED)
     base = GymWrapper(vec, categorical_action_encoding=True)
     base.set_seed(seed)
-    transform = GoalSelectionTransform(selector, storage, learner, num_envs)
+    transform = GoalSelectionTransform(selector, storage, storage.pseudocount, learner, num_envs)
     transform.active = True
     return TransformedEnv(base, transform), transform

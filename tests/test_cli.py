@@ -121,15 +121,15 @@ def test_runs_started_together_on_a_fresh_store_do_not_race(tmp_path):
 
 
 def test_a_checkpoint_resumes_the_learner_and_its_optimizer(tmp_path, monkeypatch):
-    # The checkpoint holds the networks, ClippedAdamW's state (torch AdamW's layout) and the update
-    # counter; --ckpt_path restores all three (the replay storage is rebuilt by collecting again).
+    # The checkpoint holds the networks, AdamW's state, the update counter and the target update's
+    # call count; --ckpt_path restores them (the replay storage is rebuilt by collecting again).
     monkeypatch.chdir(tmp_path)
     args = ["--trainer.logger", "false", "--trainer.enable_checkpointing", "true",
             "--trainer.default_root_dir", str(tmp_path / "ck")]
     first = fit("three_room.yaml", *args)
     ckpt = next((tmp_path / "ck").rglob("*.ckpt"))
     saved = torch.load(ckpt, weights_only=False)
-    assert saved["sun_updates"] == first.model.updates == 200
+    assert saved["sun_updates"] == first.model.updates == 200 and saved["sun_target_update"] == {"calls": 200}
     state = saved["optimizer_states"][0]["state"]
     assert len(state) == 10 and all(float(s["step"]) == 200 for s in state.values())
     # the first run ended its (only) epoch: resume into a second one
@@ -137,5 +137,5 @@ def test_a_checkpoint_resumes_the_learner_and_its_optimizer(tmp_path, monkeypatc
                  "--ckpt_path", str(ckpt))
     assert second.model.updates == 400  # 200 restored, 200 more
     opt = second.model.optimizers().optimizer
-    assert type(opt).__name__ == "ClippedAdamW"
+    assert type(opt) is torch.optim.AdamW and second.model.target_update.calls == 400
     assert all(float(s["step"]) == 400 for s in opt.state.values())

@@ -23,7 +23,7 @@ def test_stored_steps_follow_the_layout_across_episode_ends(config, layout, tmp_
                 "--trainer.logger", "false", "--trainer.enable_checkpointing", "false", "--seed_everything", "0"])
     dm, grid = cli.datamodule, LAYOUTS[layout]
     assert dm.frames == frames and len(dm.storage) == frames and dm.storage.steps == frames // num_envs
-    table = dm.storage.table()
+    table = dm.storage.columns
     # Entry (t, b) of env b's stream sits at t·B + b: reshape to [steps, B].
     col = {name: table.get(name)[:frames].reshape(frames // num_envs, num_envs, *table.get(name).shape[1:]).numpy()
            for name in (keys.OBS, keys.ACTION, keys.NEXT_OBS, keys.TERMINATED, keys.EPISODE_END)}

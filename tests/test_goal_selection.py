@@ -122,7 +122,7 @@ def test_per_step_switches_only_to_a_strictly_better_candidate(num_envs, monkeyp
 
 def test_reach_rules():
     from sun_lightning.envs.registry import goal_space
-    from sun_lightning.goals.reach import goal_reached
+    from sun_lightning.envs.reach import goal_reached
 
     car = goal_space("sun_lightning/MountainCar-v0")  # radius rule, rho = 0.1, discrete actions
     scale = torch.tensor([0.5, 0.01])
@@ -150,18 +150,18 @@ class TableQLearner(TableLearner):
     def q(self, obs, goal):  # obs [B, D], goal [B, K, G] -> [B, K, A]
         return self.table[obs.argmax(-1).unsqueeze(-1), goal.argmax(-1)].unsqueeze(-1) * self.preference
 
-    def goal_and_action_values(self, obs, goal, goal_action, goal_keys=None):
+    def goal_values(self, obs, goal, goal_action=None, goal_keys=None):
         q = self.q(obs, goal)
         return q.amax(-1), q
 
-    def act(self, obs, goal, goal_action):
+    def action_values(self, obs, goal, goal_action):
         self.acts += 1
-        return self.q(obs, goal.unsqueeze(1))[:, 0].argmax(-1)
+        return self.q(obs, goal.unsqueeze(1))[:, 0]
 
 
 @pytest.mark.parametrize("num_envs", [1, 3])
 def test_the_policy_acts_on_the_values_the_rule_evaluated(num_envs, monkeypatch):
-    from sun_lightning.policy import EpsilonGreedyPolicy
+    from sun_lightning.learners.policy import EpsilonGreedyPolicy
 
     storage = filled_storage([40, 40, 41, 41], [1, 1, 1, 1], num_envs=2)
     all_candidates(storage, monkeypatch)

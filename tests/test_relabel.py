@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from sun_lightning.losses.relabel import (
+from sun_lightning.replay.relabel import (
     sample_segment_goal_index,
     segment_goal_index,
 )

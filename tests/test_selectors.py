@@ -22,8 +22,8 @@ class EnsembleTableLearner(TableLearner):
     def __init__(self, num_tiles: int, members: int) -> None:
         self.table = torch.zeros(members, num_tiles, num_tiles)
 
-    def goal_values(self, obs, goal, goal_action):
-        return self.table[:, obs.argmax(-1).unsqueeze(-1), goal.argmax(-1)]
+    def goal_values(self, obs, goal, goal_action=None, goal_keys=None):
+        return self.table[:, obs.argmax(-1).unsqueeze(-1), goal.argmax(-1)], None
 
 
 def pick(rule, values, counts) -> list[int]:

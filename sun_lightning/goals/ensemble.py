@@ -2,7 +2,7 @@
 
 Both score candidates with the mean μ(s_0, g) and standard deviation
 σ(s_0, g) of an ensemble of SVFs (``values [E, B, K]``, e.g. from
-:class:`~sun_lightning.agents.ensemble_dqn.EnsembleDQNSVF`), pick the goal once
+:class:`~sun_lightning.learners.ensemble_dqn.EnsembleDQNSVF`), pick the goal once
 per episode from 2500 candidates and act uniformly at random after reaching it.
 
 σ is the population standard deviation (divisor E), as ``jnp.std`` in

@@ -16,8 +16,8 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs.transforms import Transform
 
 from sun_lightning import keys
+from sun_lightning.envs.reach import goal_reached
 from sun_lightning.goals.base import GoalSelector
-from sun_lightning.goals.reach import goal_reached
 from sun_lightning.replay.storage import GoalReplayStorage
 
 _FLAGS = (keys.GOAL_SELECTED, keys.GOAL_RESELECTED, keys.GOAL_REACHED, keys.RANDOM_PHASE)
@@ -40,15 +40,18 @@ class GoalSelectionTransform(Transform):
 
     Args:
         selector: the selection rule.
-        storage: replay storage the candidates and their counts come from.
-        learner: an :class:`~sun_lightning.module.SVFModule` giving V(s, g).
+        storage: replay storage the candidates come from.
+        pseudocount: the counts of the storage's entries, by position (``counts(index)``, ``scale()``):
+            :class:`~sun_lightning.replay.exact_count.ExactCount` or a radius pseudocount (SPEC §4).
+        learner: a :class:`~sun_lightning.learners.base.Learner` (its ``goal_values``).
         num_envs: B.
     """
 
-    def __init__(self, selector: GoalSelector, storage: GoalReplayStorage, learner, num_envs: int) -> None:
+    def __init__(self, selector: GoalSelector, storage: GoalReplayStorage, pseudocount, learner, num_envs: int) -> None:
         super().__init__()
         self.selector = selector
         self.storage = storage
+        self.pseudocount = pseudocount
         self.space = storage.space
         # A plain attribute holder keeps the learner out of this module's
         # state dict and away from TorchRL's device casting.
@@ -107,7 +110,7 @@ class GoalSelectionTransform(Transform):
         had_goal = self.has_goal.clone()
         achieved = self.space.project(tensordict[keys.OBS])
         action = tensordict[keys.ACTION] if self.space.discrete else None
-        reached = had_goal & goal_reached(self.space, achieved, action, self.goal, self.goal_action, self.storage.scale())
+        reached = had_goal & goal_reached(self.space, achieved, action, self.goal, self.goal_action, self._scale())
         # In-place methods, not `+=`: augmented assignment re-sets the attribute through nn.Module's slow __setattr__.
         self.goal_steps.add_(had_goal)
         self.flags[keys.GOAL_REACHED] = reached
@@ -147,18 +150,19 @@ class GoalSelectionTransform(Transform):
         if envs.numel() == 0:
             return
         k = self.selector.num_candidates
-        index = self.storage.sample_index((envs.numel(), k))
-        cand = self.storage.get(index, (keys.OBS, keys.ACTION))
+        # The transform keeps its state beside the envs, on the CPU, wherever D lives.
+        index = self.storage.sample_index((envs.numel(), k)).cpu()
+        cand = self.storage.get(index.to(self.storage.device), (keys.OBS, keys.ACTION)).cpu()
         goals = self.space.project(cand[keys.OBS])
         goal_actions = cand[keys.ACTION] if self.space.discrete else None
-        counts = self.storage.counts(index)
+        counts = self._counts(index)
         if incumbent is not None:
             index = torch.cat([index, self.goal_index[envs, None]], 1)
             goals = torch.cat([goals, self.goal[envs, None]], 1)
             if goal_actions is not None:
                 goal_actions = torch.cat([goal_actions, self.goal_action[envs, None]], 1)
-            counts = torch.cat([counts, self.storage.counts(self.goal_index[envs, None])], 1)
-        values, acting = self._values(obs[envs], goals, goal_actions, self.storage.goal_keys(index))
+            counts = torch.cat([counts, self._counts(self.goal_index[envs, None])], 1)
+        values, acting = self._values(obs[envs], goals, goal_actions, self._goal_keys(index))
         scores = self.selector.score(values, counts)
         if incumbent is not None:
             scores[:, -1] = torch.where(incumbent[envs], scores[:, -1], -torch.inf)
@@ -191,12 +195,22 @@ class GoalSelectionTransform(Transform):
         learner = self.learner
         device = learner.device
         ga = goal_actions.to(device) if goal_actions is not None else None
-        evaluate = getattr(learner, "goal_and_action_values", None)
-        if evaluate is None:  # a learner with goal values only
-            return learner.goal_values(obs.to(device), goals.to(device), ga).cpu(), None
         keys_ = None if goal_keys is None else goal_keys.to(device)
-        values, acting = evaluate(obs.to(device), goals.to(device), ga, goal_keys=keys_)
+        values, acting = learner.goal_values(obs.to(device), goals.to(device), ga, goal_keys=keys_)
         return values.cpu(), None if acting is None else acting.cpu()
+
+    def _goal_keys(self, index: torch.Tensor) -> torch.Tensor | None:
+        keys_ = self.storage.goal_keys(index.to(self.storage.device))
+        return None if keys_ is None else keys_.cpu()
+
+    def _counts(self, index: torch.Tensor) -> torch.Tensor:
+        """Pseudocounts n_g of the storage entries at ``index`` (CPU), O(1) reads (SPEC §4)."""
+        return self.pseudocount.counts(index.reshape(-1).to(self.storage.device)).reshape(index.shape).cpu()
+
+    def _scale(self) -> torch.Tensor | None:
+        """The radius pseudocount's standardization σ̃ for the reach rule (``None`` for exact counts)."""
+        scale = getattr(self.pseudocount, "scale", None)
+        return None if scale is None else scale().cpu()
 
     def _current_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """V(s, g) of each env's current goal ``[B]`` (``[E, B]``), and its acting values ``[B, |A|]`` (or None)."""

@@ -18,17 +18,19 @@ def coverable_cells(space: GoalSpace) -> torch.Tensor:
     return valid.flatten()
 
 
-def exploration_metrics(storage: GoalReplayStorage, knn: bool = False) -> dict[str, float]:
+def exploration_metrics(storage: GoalReplayStorage, visits: torch.Tensor | None = None,
+                        knn: bool = False) -> dict[str, float]:
     """Coverage and normalized entropy of the visited goal cells, plus k-NN entropy on request.
 
-    Gridworlds: cells are (free tile, action) and the counts are exact. Continuous
-    goals: 50 bins per goal dimension within the metric bounds (× actions).
+    Gridworlds: cells are (free tile, action) and the counts are exact: ``visits``, the exact
+    pseudocount's cell counts. Continuous goals: 50 bins per goal dimension within the metric
+    bounds (× actions), from D's entries.
     """
     space = storage.space
     if space.exact_counts:
-        coverage, entropy = cell_coverage_entropy(storage.pseudocount.visits(), coverable_cells(space))
+        coverage, entropy = cell_coverage_entropy(visits.cpu(), coverable_cells(space))
         return {"explore/visits/coverage": coverage, "explore/visits/entropy": entropy}
-    entries = storage.get(torch.arange(len(storage)))
+    entries = storage.get(torch.arange(len(storage), device=storage.device)).cpu()
     goals = space.project(entries[keys.OBS])
     action = entries[keys.ACTION] if space.discrete else None
     low, high = space.metric_low or space.low, space.metric_high or space.high

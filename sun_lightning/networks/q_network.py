@@ -6,7 +6,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from sun_lightning.networks.rows import QConfig, QParams, dropout_threshold, native_rows_available, q_forward
 
 
 class _PieceMax(torch.autograd.Function):
@@ -82,13 +81,13 @@ class Branch(nn.Module):
 def dropout_mask(shape: torch.Size, p: float, device: torch.device) -> torch.Tensor:
     """Inverted-dropout mask (0 or 1 / (1 − p)) with p quantized to 1/65536.
 
-    Four 16-bit draws come out of each 64-bit random number: the Bernoulli
-    draws of ``F.dropout`` were ~20 % of an update's time on CPU.
+    Four 16-bit draws come out of each 64-bit random number, a quarter of the
+    random numbers ``F.dropout``'s Bernoulli draws need.
     """
     n = shape.numel()
     words = torch.randint(-(2**63), 2**63 - 1, ((n + 3) // 4,), dtype=torch.int64, device=device)
     bits = words.view(torch.int16)[:n].view(shape)
-    threshold = dropout_threshold(p) - 32768  # as a signed 16-bit draw
+    threshold = round(p * 65536) - 32768  # keep a unit where its signed 16-bit draw is at least this
     return (bits >= threshold).to(torch.float32) * (1.0 / (1.0 - p))
 
 
@@ -110,10 +109,6 @@ class GoalQNetwork(nn.Module):
         dropout: dropout probability of the branches.
         init_std: std of the normal weight initialisation.
         obs_encoder, goal_encoder: modules applied to s and g_s first (identity if None).
-        native_rows: on CPU, run everything after the encoders as one autograd node over the C
-            kernels of :mod:`~sun_lightning.networks.rows` (same maths, several times fewer memory
-            passes and ops; the branches' dropout draws its own mask stream); PyTorch ops
-            otherwise, and always on GPU or under ``vmap``.
     """
 
     def __init__(
@@ -127,11 +122,9 @@ class GoalQNetwork(nn.Module):
         init_std: float = 0.01,
         obs_encoder: nn.Module | None = None,
         goal_encoder: nn.Module | None = None,
-        native_rows: bool = True,
     ) -> None:
         super().__init__()
         self.num_actions = num_actions
-        self.native_rows = native_rows
         self.obs_encoder = obs_encoder or nn.Identity()
         self.goal_encoder = goal_encoder or nn.Identity()
         self.state_branch = Branch(obs_dim, width, dropout)
@@ -150,14 +143,6 @@ class GoalQNetwork(nn.Module):
                 nn.init.normal_(module.weight, std=init_std)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
-        ln1, act, lin2, ln2, _, lin3 = self.head
-        # Where each weight of QParams lives: read from the owners' parameter dicts (what
-        # torch.func.functional_call swaps), without nn.Module's attribute lookups, ~30 per read.
-        self._native_slots = (
-            (self.state_branch.linear, "weight"), (self.state_branch.norm, "weight"), (self.goal_branch.linear, "weight"),
-            (self.goal_branch.norm, "weight"), (self.maxout.linear, "weight"), (ln1, "weight"), (lin2, "weight"),
-            (ln2, "weight"), (lin3, "weight"), (lin3, "bias"))
-        self._eval_config: QConfig | None = None  # native_config(False), built on first use
 
     def forward(
         self,
@@ -180,9 +165,6 @@ class GoalQNetwork(nn.Module):
             goal_action: the goal action of each row ``[...]``: returns Q(s, ·, g_s, g_a).
         """
         x_s, x_g = self.encode(obs, goal)
-        if self.uses_native_rows(x_s, x_g):
-            return q_forward(x_s, x_g, self.native_params(), self.native_config(dropout), obs_index, goal_index,
-                             goal_action)
         f_s, f_g = self.state_branch(x_s, dropout), self.goal_branch(x_g, dropout)
         # The maxout's linear map of concat(f_s, f_g, f_s ⊙ f_g) is the sum of
         # three maps; the first two run on the tables, only the product per row.
@@ -213,36 +195,3 @@ class GoalQNetwork(nn.Module):
         if type(encoders["obs_encoder"]) is nn.Identity and type(encoders["goal_encoder"]) is nn.Identity:
             return obs, goal  # (the common case, without two module calls)
         return self.obs_encoder(obs), self.goal_encoder(goal)
-
-    def native_params(self) -> QParams:
-        """The weights in the order of the C row kernels (:mod:`~sun_lightning.networks.rows`)."""
-        return QParams(*[owner._parameters[name] for owner, name in self._native_slots])
-
-    def native_config(self, dropout: bool) -> QConfig:
-        """The C path's settings; with ``dropout``, the branches' rate and two fresh seeds from torch's generator."""
-        p = self.state_branch.dropout if dropout else 0.0
-        threshold = dropout_threshold(p) if p > 0 else 0
-        if not threshold and self._eval_config is not None:
-            return self._eval_config
-        ln1, act, _, ln2, _, _ = self.head
-        eps = (self.state_branch.norm.eps, self.goal_branch.norm.eps, ln1.eps, ln2.eps)
-        if not threshold:
-            self._eval_config = QConfig(eps, act.negative_slope, self.maxout.pieces)
-            return self._eval_config
-        seeds = tuple(torch.randint(0, 2**62, (2,)).tolist())
-        return QConfig(eps, act.negative_slope, self.maxout.pieces, threshold, 1.0 / (1.0 - p), seeds)
-
-    def uses_native_rows(self, x_s: torch.Tensor, x_g: torch.Tensor) -> bool:
-        """Whether the C path serves encoded tables ``x_s``, ``x_g`` (:meth:`encode`): 2-D float32 CPU
-        tables, not under ``vmap``, library built."""
-        return (
-            self.native_rows
-            and self.maxout.pieces <= 8  # the kernels keep the winning pieces of a unit in one byte
-            and x_s.dim() == 2
-            and x_g.dim() == 2
-            and x_s.dtype == x_g.dtype == torch.float32
-            and x_s.device.type == x_g.device.type == "cpu"
-            and not (torch._C._are_functorch_transforms_active() and (  # vmap: the C kernels have no batching rule
-                _is_batched(x_s) or _is_batched(x_g) or _is_batched(self.maxout.linear.weight)))
-            and native_rows_available()
-        )

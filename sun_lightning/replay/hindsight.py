@@ -17,9 +17,8 @@ import torch
 from tensordict import TensorDict
 
 from sun_lightning import keys
-from sun_lightning.goals.reach import goal_reached
-from sun_lightning.losses.relabel import segment_goal_index
-from sun_lightning.replay import hindsight_native
+from sun_lightning.envs.reach import goal_reached
+from sun_lightning.replay.relabel import segment_goal_index
 from sun_lightning.replay.storage import GoalReplayStorage
 
 
@@ -40,6 +39,11 @@ class SegmentedHindsightSampler:
         self.num_sequences, self.length, self.relabels, self.negatives = num_sequences, length, relabels, negatives
 
     @property
+    def steps_needed(self) -> int:
+        """Steps per env that D must hold before the first draw: one run."""
+        return self.length
+
+    @property
     def copies(self) -> int:
         """Relabelled copies of each run (positives, then negatives)."""
         return self.relabels * (2 if self.negatives else 1)
@@ -54,7 +58,6 @@ class SegmentedHindsightSampler:
         scale: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
         count: int | None = None,
-        native: bool | None = None,
     ) -> TensorDict:
         """A relabelled batch, or ``count`` independent batches stacked ``[count]``.
 
@@ -67,35 +70,24 @@ class SegmentedHindsightSampler:
         batch's tables.
 
         Drawing several batches in one call costs about as much as one: the
-        ~100 small ops of a draw are dispatch-bound, not data-bound.
+        ~100 small ops of a draw are bound by dispatch, not by data.
 
         Args:
             storage: the replay storage.
             scale: goal standardization σ̃ for the ``"radius"`` reach rule.
             generator: random generator (defaults to torch's global one).
             count: number of batches (``None``: one, without the leading dimension).
-            native: assemble the batch with the C kernel of :mod:`~sun_lightning.replay.hindsight_native`
-                (``None``: wherever it applies) or with tensor ops; same draws, same batch.
         """
         k = 1 if count is None else count
         if k <= 0:
             raise ValueError(f"count must be positive, got {count}")
         s, t, r = self.num_sequences, self.length, self.relabels
-        # The draws, in this order, are the batch's only randomness: both paths below read them.
+        # The draws, in this order, are the batch's only randomness.
         seq_index = storage.sequence_index(k * s, t, generator)
         u = torch.rand((k * s * r, t), generator=generator, device=storage.device)
         neg_index = storage.sample_index((k, s, r), generator) if self.negatives else None
-        if native is None:
-            native = hindsight_native.applies(storage)
-        if native:
-            out = hindsight_native.segmented_batch(storage, s, t, r, seq_index, u, neg_index)
-            if out[keys.REWARD] is None:  # the radius rule: the runs' achieved goals lead each goal table
-                goals = out[keys.GOALS]
-                out[keys.REWARD] = self._reward(storage, scale, goals, out, goals.shape[1]).float()
-        else:
-            out = self._tensor_batch(storage, scale, seq_index, u, neg_index, k)
         out = TensorDict(
-            out,
+            self._tensor_batch(storage, scale, seq_index, u, neg_index, k),
             batch_size=[k],
             device=storage.device,  # lets the DataModule's transfer hook see at once that a batch is already in place
         )
@@ -110,7 +102,7 @@ class SegmentedHindsightSampler:
         neg_index: torch.Tensor | None,
         k: int,
     ) -> dict[str, torch.Tensor]:
-        """The batch's keys from the draws with tensor ops: the reference, and the path off CPU."""
+        """The batch's keys from the draws."""
         space, s, t, r, c = storage.space, self.num_sequences, self.length, self.relabels, self.copies
         seq = storage.get(seq_index)
         obs, action, end = seq[keys.OBS], seq[keys.ACTION], seq[keys.EPISODE_END]  # [k·s, t]

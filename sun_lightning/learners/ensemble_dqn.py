@@ -8,10 +8,9 @@ argmax_a min_i Q_i(s, a, g).
 The E members are one :class:`~sun_lightning.networks.q_network.GoalQNetwork`
 whose parameters carry a leading member axis ``[E, ...]``. A single
 ``torch.vmap`` over :func:`torch.func.functional_call` evaluates all members in
-one batched forward (dropout drawn independently per member); on CPU with the C
-kernels (which have no vmap rule), a loop calls each member's slice instead. Because the
+one batched forward (dropout drawn independently per member). Because the
 stacked parameters are ordinary leaf tensors, AdamW (elementwise) and the
-Polyak update of :class:`~sun_lightning.agents.dqn.DQNSVF` act on each member
+Polyak update of :class:`~sun_lightning.learners.dqn.DQNSVF` act on each member
 exactly as on a single critic; only gradient clipping needs a per-member norm.
 """
 
@@ -25,10 +24,9 @@ from torch import nn
 from torch.func import functional_call
 
 from sun_lightning import keys
-from sun_lightning.agents.dqn import DQNSVF
 from sun_lightning.envs.registry import GoalSpace
-from sun_lightning.networks.rows import QParams, native_rows_available
-from sun_lightning.optim import ClippedAdamW
+from sun_lightning.learners.dqn import DQNSVF
+from sun_lightning.learners.target import TargetUpdate
 
 
 class EnsembleDQNSVF(DQNSVF):
@@ -69,6 +67,8 @@ class EnsembleDQNSVF(DQNSVF):
             # Each member's target starts as a copy of that member. Stacking in
             # place keeps what DQNSVF set up on its target (shared encoder statistics).
             _replace_parameter(self.q_target, name, nn.Parameter(stacked.clone(), requires_grad=False))
+        # Polyak over the stacked parameters is every member's own step (elementwise).
+        self.target_update = TargetUpdate(self.q, self.q_target, self.hparams.tau)
 
     @property
     def batches_per_update(self) -> int:
@@ -87,7 +87,7 @@ class EnsembleDQNSVF(DQNSVF):
         obs_index: torch.Tensor | None = None,
         goal_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Q of every member, ``[E, ..., |A|, |A|]``: one vmapped forward, or on CPU with the C kernels a loop over members.
+        """Q of every member, ``[E, ..., |A|, |A|]``: one vmapped forward.
 
         Args:
             net: ``self.q`` or ``self.q_target`` (stacked parameters).
@@ -100,21 +100,6 @@ class EnsembleDQNSVF(DQNSVF):
                 tables ``obs [E, U_s, D]``, ``goal [E, U_g, G]`` (see ``GoalQNetwork.forward``).
         """
         params = dict(net.named_parameters()) if params is None else params
-        if net.native_rows and obs.device.type == "cpu" and native_rows_available():
-            # The C path is one autograd node per network but has no vmap rule: each member runs it
-            # with its own slice of the stacked parameters (gradients flow back into the stack).
-            out = []
-            for e in range(self.ensemble_size):
-                o, g = (obs, goal) if shared_inputs else (obs[e], goal[e])
-                kwargs = {"dropout": dropout}
-                if obs_index is not None:
-                    kwargs.update(obs_index=obs_index[e], goal_index=goal_index[e])
-                else:  # rows flattened: the C path takes 2-D tables
-                    lead = o.shape[:-1]
-                    o, g = o.reshape(-1, o.shape[-1]), g.reshape(-1, g.shape[-1])
-                q = functional_call(net, {name: value[e] for name, value in params.items()}, (o, g), kwargs)
-                out.append(q if obs_index is not None else q.view(*lead, *q.shape[1:]))
-            return torch.stack(out)
         in_dim = None if shared_inputs else 0
         # "different": every member draws its own dropout mask.
         if obs_index is None:
@@ -137,8 +122,8 @@ class EnsembleDQNSVF(DQNSVF):
         return _at_goal_action(q, goal_action).amin(0)
 
     @torch.no_grad()
-    def goal_and_action_values(
-        self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None,
+    def goal_values(
+        self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None = None,
         goal_keys: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """V_i(s, g) = max_a Q_i(s, a, g_s, g_a) of every member ``[E, B, K]`` (SPEC §3), and the pessimistic
@@ -220,48 +205,24 @@ class EnsembleDQNSVF(DQNSVF):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Σ_e of member e's mean Huber loss on its own batch; statistics are member averages.
 
-        Member e bootstraps from target network ``target_index[e]`` (drawn uniformly when None). On CPU
-        with the C kernels and identity encoders each member's loss is the single critic's one-call loss
-        (:mod:`~sun_lightning.losses.q_loss_native`) on its slice of the stacked weights; elsewhere
-        :meth:`td_targets` over the merged batches (the reference; the same maths).
+        Member e bootstraps from target network ``target_index[e]`` (drawn uniformly when None), through
+        :meth:`td_targets` over the merged batches.
         """
         if batch.batch_dims != 1 or batch.batch_size[0] != self.ensemble_size:
             raise ValueError(f"EnsembleDQNSVF needs one batch per member stacked as [{self.ensemble_size}], got "
                              f"{tuple(batch.batch_size)}")
         if target_index is None:
             target_index = self.draw_target_index(batch[keys.ACTION].device)
-        hp = self.hparams
-        states, goals = batch[keys.STATES], batch[keys.GOALS]
-        if (hp.native_rows and self.obs_stats is None and self.q.uses_native_rows(states[0], goals[0])
-                and batch[keys.ACTION].device.type == "cpu"):
-            online, target = self.q.native_params(), self.q_target.native_params()
-            losses, stats = [], []
-            for e, j in enumerate(target_index.tolist()):
-                loss, stat = self.c_loss(batch[e], states[e], goals[e], states[e], goals[e],
-                                         QParams(*(p[e] for p in online)), QParams(*(p[j] for p in target)))
-                losses.append(loss)
-                stats.append(stat)
-            return torch.stack(losses).sum(), torch.stack(stats).mean(0)
-        loss, stats = self.td_loss(batch, target_index=target_index)
+        loss, stats = super().loss_and_stats(batch, target_index=target_index)
         # F.huber_loss averages over all E·N·T rows, i.e. (1/E) Σ_e L_e: scaled back, each member's
         # gradient is exactly that of its own loss.
         return loss * self.ensemble_size, stats
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        # No global clip in the step: members are clipped one by one (on_before_optimizer_step). The
-        # stacked parameters' Polyak step is every member's (elementwise).
-        return ClippedAdamW(self.q.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay,
-                            polyak=self.polyak_targets())
-
-    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Lightning's hook inside ``opt.step()`` of :meth:`DQNSVF.update`: the per-member clip."""
-        self.clip_gradients(optimizer, self.hparams.grad_clip, "norm")
 
     @torch.no_grad()
     def clip_gradients(
         self, optimizer, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = None
     ) -> None:
-        """Gradient-norm clipping of each member separately (called by :meth:`on_before_optimizer_step`).
+        """Gradient-norm clipping of each member separately (called by :meth:`DQNSVF.update`).
 
         A global norm over the stacked parameters would couple the members:
         one member's large gradient would shrink every member's step. Same rule

@@ -1,5 +1,6 @@
-"""The DQN variant's loss and its gradient in one C call (``losses/q_loss_native.py``) against the reference
-``DQNSVF.td_loss`` (``td_targets`` + ``F.huber_loss``): loss, statistics and every gradient."""
+"""The DQN variant's loss and its gradient in one C call (``native/q_loss.py``, ``backend="native"``) against
+the torch path (``backend="torch"``: ``td_targets`` + ``F.huber_loss``): loss, statistics and every gradient.
+Dropout is off: the kernel draws its own mask stream."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from tensordict import TensorDict
 
 import sun_lightning.envs  # noqa: F401
 from sun_lightning import keys
-from sun_lightning.agents.dqn import TRAIN_STATS, DQNSVF
+from sun_lightning.learners.dqn import TRAIN_STATS, DQNSVF
+from sun_lightning.native import q_loss as native_loss
 from sun_lightning.envs.registry import goal_space
 
 FOUR_ROOM = goal_space("sun_lightning/FourRoomStuck-v0")
@@ -41,7 +43,7 @@ def random_batch(space, n: int, t: int, seed: int, states: int = 40, goals: int 
 
 def learner(space, seed: int, **kwargs) -> DQNSVF:
     torch.manual_seed(seed)
-    module = DQNSVF(space, init_std=0.3, **kwargs)
+    module = DQNSVF(space, init_std=0.3, dropout=0.0, **kwargs)
     with torch.no_grad():  # a target network apart from the online one: Double DQN's split matters
         for p in module.q_target.parameters():
             p.add_(0.2 * torch.randn_like(p))
@@ -52,8 +54,8 @@ def learner(space, seed: int, **kwargs) -> DQNSVF:
 
 def loss_and_grads(module: DQNSVF, batch: TensorDict, fused: bool, seed: int, scale: float = 1.0):
     module.zero_grad(set_to_none=True)
-    torch.manual_seed(seed)  # the same dropout seeds for both paths
-    loss, stats = module.loss_and_stats(batch) if fused else module.td_loss(batch)
+    module.hparams.backend = "native" if fused else "torch"
+    loss, stats = module.loss_and_stats(batch)
     (loss * scale).backward()
     return loss.detach(), stats, {name: p.grad.clone() for name, p in module.q.named_parameters() if p.grad is not None}
 
@@ -66,15 +68,15 @@ def test_fused_loss_matches_td_targets_and_huber(space, seed):
     loss, stats, grads = loss_and_grads(module, batch, True, seed)
     ref_loss, ref_stats, ref_grads = loss_and_grads(module, batch, False, seed)
     assert loss.dim() == 0 and stats.shape == (len(TRAIN_STATS),) and not stats.requires_grad
-    torch.testing.assert_close(loss, ref_loss, rtol=1e-6, atol=1e-7)
-    torch.testing.assert_close(stats, ref_stats, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(stats, ref_stats, rtol=1e-5, atol=1e-7)
     assert 0.0 < float(stats[3]) < 1.0  # some traces continue, some are cut: both branches ran
     assert grads.keys() == ref_grads.keys()
     if not space.exact_counts:  # the RBF encoders' centres and bandwidths learn through the tables
         assert any(name.startswith(("obs_encoder", "goal_encoder")) for name in grads)
     for name, g in ref_grads.items():
         assert g.abs().max() > 0, name
-        torch.testing.assert_close(grads[name], g, rtol=1e-5, atol=1e-7, msg=name)
+        torch.testing.assert_close(grads[name], g, rtol=1e-4, atol=1e-5 * float(g.abs().max()), msg=name)  # two float32 orders
 
 
 def test_gradient_scales_with_the_output_gradient():
@@ -95,10 +97,10 @@ def test_huber_branches_and_no_bootstrap_clip():
         batch = random_batch(FOUR_ROOM, 6, 8, 2)
         loss, stats, grads = loss_and_grads(module, batch, True, 0)
         ref_loss, ref_stats, ref_grads = loss_and_grads(module, batch, False, 0)
-        torch.testing.assert_close(loss, ref_loss, rtol=1e-6, atol=1e-7)
-        torch.testing.assert_close(stats, ref_stats, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(stats, ref_stats, rtol=1e-5, atol=1e-7)
         for name, g in ref_grads.items():
-            torch.testing.assert_close(grads[name], g, rtol=1e-5, atol=1e-7, msg=name)
+            torch.testing.assert_close(grads[name], g, rtol=1e-4, atol=1e-5 * float(g.abs().max()), msg=name)  # two float32 orders
         if "bootstrap_clip" in kwargs:
             assert float(stats[2]) > 1.0  # mean target above 1: the bootstrap was not clipped
 
@@ -106,18 +108,18 @@ def test_huber_branches_and_no_bootstrap_clip():
 def test_without_grad_it_only_evaluates():
     module = learner(FOUR_ROOM, 0)
     batch = random_batch(FOUR_ROOM, 6, 8, 1)
-    torch.manual_seed(4)
+    module.hparams.backend = "native"
     with torch.no_grad():
         loss, stats = module.loss_and_stats(batch)
-    torch.manual_seed(4)
-    ref, _ = module.td_loss(batch)
+    module.hparams.backend = "torch"
+    ref, _ = module.loss_and_stats(batch)
     assert not loss.requires_grad
     torch.testing.assert_close(loss, ref.detach(), rtol=1e-6, atol=1e-7)
     torch.testing.assert_close(stats[0], loss)
 
 
 def test_bad_batches_are_errors():
-    module = learner(FOUR_ROOM, 0)
+    module = learner(FOUR_ROOM, 0, backend="native")
     batch = random_batch(FOUR_ROOM, 4, 5, 0)
     batch[keys.ACTION][1, 2] = 4
     with pytest.raises(IndexError, match="an action is outside"):
@@ -126,3 +128,15 @@ def test_bad_batches_are_errors():
     batch[keys.GOAL_INDEX][0, 0] = 30  # the goal table has 30 rows
     with pytest.raises(IndexError, match="row index"):
         module.loss_and_stats(batch)
+
+
+def test_auto_picks_the_kernel_on_cpu_and_torch_without_a_compiler(monkeypatch):
+    module = learner(FOUR_ROOM, 0)
+    batch = random_batch(FOUR_ROOM, 4, 5, 0)
+    assert module.hparams.backend == "auto" and module._native(batch)
+    assert module.loss_and_stats(batch)[0].grad_fn.name() == "_QLossBackward"
+    monkeypatch.setattr(native_loss, "available", lambda: False)  # no C compiler: the torch path
+    assert not module._native(batch)
+    assert module.loss_and_stats(batch)[0].grad_fn.name() == "HuberLossBackward0"
+    with pytest.raises(ValueError, match="backend"):
+        DQNSVF(FOUR_ROOM, backend="cuda")

@@ -1,0 +1,160 @@
+"""What a learner must provide: the one seam between data collection and learning (SPEC §9).
+
+A learner is a LightningModule that owns its networks, losses and optimizers
+only; environments, collectors and the replay storage live in the DataModule.
+Data collection reaches a learner through this interface alone, never by class
+name, so the DQN variant (SPEC §5a), the TD3 variant (§5b) and their 4-critic
+ensembles are interchangeable:
+
+* :meth:`Learner.goal_values` — V(s, g) of candidate goals, for selection (§3);
+* :meth:`Learner.make_policy` — the acting policy the collector runs (§1);
+* :meth:`Learner.make_sampler` — the relabelled batches it learns from (§5);
+* :meth:`Learner.update` — one learner update on one of those batches;
+* :meth:`Learner.observe` — every collected step, for running statistics (§5c).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import lightning.pytorch as pl
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+
+from sun_lightning.envs.registry import GoalSpace
+from sun_lightning.replay.storage import GoalReplayStorage
+
+
+class BatchSampler(Protocol):
+    """Draws relabelled learning batches from the replay storage (a learner's hindsight relabelling)."""
+
+    def sample(self, storage: GoalReplayStorage, scale: torch.Tensor | None = None,
+               generator: torch.Generator | None = None, count: int | None = None) -> TensorDict:
+        """One batch, or ``count`` independent batches stacked ``[count]``.
+
+        Args:
+            storage: the replay storage D.
+            scale: the pseudocount's goal standardization σ̃ (the ``"radius"`` reach rule needs it).
+            generator: random generator (torch's global one by default).
+            count: number of batches; ``None`` for one without the leading dimension.
+        """
+
+
+class ActingPolicy(TensorDictModuleBase):
+    """The collector's policy: reads ``observation``, ``goal`` (and the goal transform's keys), writes ``action``.
+
+    While :attr:`warmup` is set it acts uniformly at random (the warm-up of SPEC §5d);
+    the DataModule clears it when learning starts.
+    """
+
+    warmup: bool = True
+
+
+class Learner(pl.LightningModule):
+    """Base class of successor-value-function learners (see the module docstring).
+
+    Subclasses implement :meth:`goal_values`, :meth:`make_policy`, :meth:`make_sampler`,
+    :meth:`update` and ``configure_optimizers``. Optimization is manual: one
+    Lightning training step is one collected vector step, whose batches each
+    get one :meth:`update`.
+
+    Args:
+        goal_space: the environment's goal space (dimensions, action set,
+            bounds); linked from the DataModule by the CLI, so a learner never
+            needs to know which environment it trains on (hence optional in the
+            signature).
+    """
+
+    #: Relabelled batches one update consumes, stacked along a leading axis (ensembles: one per member).
+    batches_per_update: int = 1
+
+    def __init__(self, goal_space: GoalSpace | None = None) -> None:
+        super().__init__()
+        if goal_space is None:
+            raise ValueError("goal_space is required (the CLI links it from data.env_id)")
+        self.goal_space = goal_space
+        self.automatic_optimization = False
+        self.updates = 0  # learner updates, counted here: global_step counts optimizer steps
+
+    # ---- what data collection reads ---------------------------------------------------
+    def observe(self, obs: torch.Tensor) -> None:
+        """Called with every collected vector step's observations ``[B, obs_dim]`` (running statistics)."""
+
+    def goal_values(
+        self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None = None,
+        goal_keys: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """V(s, g) of K candidate goals per state, and the acting values towards each.
+
+        Args:
+            obs: states ``[B, obs_dim]``.
+            goal: candidate goal projections ``[B, K, goal_dim]``.
+            goal_action: candidate goal actions ``[B, K]`` (discrete spaces), else ``None``.
+            goal_keys: ``[B, K]`` integers equal exactly where the candidates' goal projections are
+                (the storage's tiles on exact spaces), or ``None``; a learner may use them to
+                evaluate each distinct goal once.
+
+        Returns:
+            ``values`` ``[B, K]`` (``[E, B, K]`` for an ensemble of E critics) and, where the
+            policy acts on values the same evaluation gives (discrete actions), the values of
+            every action towards each candidate ``[B, K, |A|]``; else ``None``.
+        """
+        raise NotImplementedError
+
+    def make_policy(self, uses_goals: bool = True) -> ActingPolicy:
+        """The acting policy of the collector (ε-greedy on Q, or actor + noise).
+
+        Args:
+            uses_goals: False for rules that never pursue goals (Random): act uniformly at random.
+        """
+        raise NotImplementedError
+
+    def make_sampler(self) -> BatchSampler:
+        """The relabelling sampler whose batches :meth:`update` takes."""
+        raise NotImplementedError
+
+    # ---- learning ---------------------------------------------------------------------
+    def update(self, batch: TensorDictBase) -> None:
+        """One learner update on ``batch`` (``[batches_per_update]`` stacked for ensembles)."""
+        raise NotImplementedError
+
+    def training_step(self, batches: list[TensorDictBase], batch_idx: int) -> None:
+        """The updates of one collected vector step, one per batch (``ExplorationDataModule.stream``)."""
+        for batch in batches:
+            self.update(batch)
+
+    def pop_train_metrics(self) -> dict[str, float]:
+        """Means of the training statistics since the last call (``train/...`` names)."""
+        return {}
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["sun_updates"] = self.updates
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.updates = checkpoint.get("sun_updates", 0)
+
+
+class TrainStats:
+    """Running sums of an update's statistics (a detached vector per update), averaged on :meth:`pop`.
+
+    Args:
+        names: the statistics' metric names, in the order of the vectors.
+    """
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        self._sum: torch.Tensor | None = None
+        self._count = 0
+
+    def add(self, stats: torch.Tensor) -> None:
+        self._sum = stats.detach().clone() if self._sum is None else self._sum.add_(stats.detach())
+        self._count += 1
+
+    def pop(self) -> dict[str, float]:
+        """Means since the last pop (empty if no update ran), then start afresh."""
+        if not self._count:
+            return {}
+        out = {name: value / self._count for name, value in zip(self.names, self._sum.tolist())}
+        self._sum, self._count = None, 0
+        return out

@@ -1,0 +1,217 @@
+"""The TD3 variant of SVF learning for continuous actions (SPEC §5b, paper appendix "GCRL Control")."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from tensordict import TensorDictBase
+from torch.nn import functional as F
+
+from sun_lightning import keys
+from sun_lightning.envs.reach import goal_reached
+from sun_lightning.envs.registry import GoalSpace
+from sun_lightning.learners.base import Learner, TrainStats
+from sun_lightning.learners.policy import GaussianNoisePolicy
+from sun_lightning.learners.target import TargetUpdate
+from sun_lightning.losses.td_lambda import watkins_lambda_returns
+from sun_lightning.networks.encoders import RunningMeanStd, StandardizedRBF
+from sun_lightning.networks.td3 import GoalActor, GoalCritic
+from sun_lightning.replay.future import FutureGoalSampler
+
+#: The critic's statistics of an update, in the order of :meth:`TD3SVF.critic_loss`'s vector.
+TRAIN_STATS = ("train/loss/td", "train/q/taken", "train/q/target", "train/path/steps")
+ACTOR_STATS = ("train/loss/actor",)
+
+
+class TD3SVF(Learner):
+    """Learns Q(s, a, g_s) and a goal-conditioned actor π(s, g_s) with TD3 and TD(λ) targets (SPEC §5b).
+
+    V(s, g) = Q(s, π(s, g), g) scores goals (SPEC §3). The reward is 1 and the step terminal where
+    the state a step leads to is within η of the goal (the environment's reach rule). The critic's
+    target is the TD(λ) return along each row's path to its goal (no Watkins cut, no clip of V);
+    bootstraps use the target actor's action plus clipped Gaussian smoothing. The actor maximizes
+    Q(s, π(s, g), g) every ``policy_delay`` updates; both targets move every ``target_every``
+    updates by their own Polyak rate. MSE loss, AdamW, no gradient clipping.
+
+    Args:
+        goal_space: linked from the DataModule (dimensions, bounds, reach rule).
+        gamma: discount γ.
+        lam: trace factor λ.
+        critic_tau, actor_tau: Polyak rates of the critic's and the actor's targets.
+        target_every: updates between target updates.
+        policy_delay: updates between actor updates.
+        lr: AdamW learning rate (both networks).
+        weight_decay: AdamW weight decay.
+        target_noise, target_noise_clip: std and clip of the target policy's smoothing noise.
+        exploration_noise: std of the acting policy's Gaussian noise.
+        batch_size: rows per update (256).
+        horizon: T_max, the longest path to a future goal (50).
+        future_fraction: share of rows relabelled with a future goal (0.5).
+        hidden, features, maxout_width, maxout_pieces, head_width: the networks' widths (256, 64, 1024, 4, 256).
+        rbf_centres: RBF tiles per input dimension (SPEC §5c).
+    """
+
+    def __init__(
+        self,
+        goal_space: GoalSpace | None = None,
+        gamma: float = 0.99,
+        lam: float = 0.95,
+        critic_tau: float = 0.005,
+        actor_tau: float = 5e-7,
+        target_every: int = 2,
+        policy_delay: int = 2,
+        lr: float = 1e-3,
+        weight_decay: float = 0.01,
+        target_noise: float = 0.2,
+        target_noise_clip: float = 0.5,
+        exploration_noise: float = 0.4,
+        batch_size: int = 256,
+        horizon: int = 50,
+        future_fraction: float = 0.5,
+        hidden: int = 256,
+        features: int = 64,
+        maxout_width: int = 1024,
+        maxout_pieces: int = 4,
+        head_width: int = 256,
+        rbf_centres: int = 20,
+    ) -> None:
+        super().__init__(goal_space)
+        if goal_space.discrete:
+            raise ValueError("TD3SVF needs a continuous-action environment (the DQN variant learns discrete actions)")
+        if not 0.0 < gamma < 1.0 or not 0.0 <= lam <= 1.0:
+            raise ValueError(f"need 0 < gamma < 1 and 0 <= lam <= 1, got gamma={gamma}, lam={lam}")
+        if policy_delay < 1:
+            raise ValueError(f"policy_delay must be >= 1, got {policy_delay}")
+        self.save_hyperparameters(ignore=["goal_space"])
+        self.sampler = FutureGoalSampler(batch_size, horizon, future_fraction)
+        self.obs_stats = RunningMeanStd(goal_space.obs_dim)
+        sizes = dict(hidden=hidden, features=features, maxout_width=maxout_width, maxout_pieces=maxout_pieces,
+                     head_width=head_width)
+        self.critic = GoalCritic(*self._encoders(), goal_space.action_dim, **sizes)
+        self.actor = GoalActor(*self._encoders(), goal_space.action_dim, **sizes)
+        self.critic_target = self._target_of(self.critic)
+        self.actor_target = self._target_of(self.actor)
+        self.critic_target_update = TargetUpdate(self.critic, self.critic_target, critic_tau, target_every)
+        self.actor_target_update = TargetUpdate(self.actor, self.actor_target, actor_tau, target_every)
+        self.stats, self.actor_stats = TrainStats(TRAIN_STATS), TrainStats(ACTOR_STATS)
+
+    def _encoders(self) -> tuple[StandardizedRBF, StandardizedRBF]:
+        """φ(s) and φ(g) of one network: its own RBF layers over the shared running statistics (SPEC §5c)."""
+        c = self.hparams.rbf_centres
+        return StandardizedRBF(self.obs_stats, None, c), StandardizedRBF(self.obs_stats, self.goal_space.goal_dims, c)
+
+    def _target_of(self, net: torch.nn.Module) -> torch.nn.Module:
+        target = copy.deepcopy(net).requires_grad_(False)
+        target.obs_encoder.stats = target.goal_encoder.stats = self.obs_stats  # one set of statistics
+        return target
+
+    def observe(self, obs: torch.Tensor) -> None:
+        """Update the running observation statistics with collected frames (SPEC §5c)."""
+        self.obs_stats.update(obs.to(self.obs_stats.mean.device))
+
+    # ---- what data collection reads --------------------------------------------------
+    def make_policy(self, uses_goals: bool = True) -> GaussianNoisePolicy:
+        return GaussianNoisePolicy(self, self.goal_space.action_dim, self.hparams.exploration_noise, uses_goals)
+
+    def make_sampler(self) -> FutureGoalSampler:
+        return self.sampler
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
+        """π(s, g) ``[B, action_dim]``, the acting policy's mean action."""
+        return self.actor(obs, goal)
+
+    @torch.no_grad()
+    def goal_values(
+        self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None = None,
+        goal_keys: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, None]:
+        """V(s, g) = Q(s, π(s, g), g) of K candidates per state ``[B, K]`` (SPEC §3, §5b)."""
+        obs = obs.unsqueeze(1).expand(*goal.shape[:2], obs.shape[-1])
+        return self.critic(obs, self.actor(obs, goal), goal), None
+
+    # ---- learning ---------------------------------------------------------------------
+    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
+        hp = self.hparams
+        return [torch.optim.AdamW(self.critic.parameters(), lr=hp.lr, weight_decay=hp.weight_decay, foreach=True),
+                torch.optim.AdamW(self.actor.parameters(), lr=hp.lr, weight_decay=hp.weight_decay, foreach=True)]
+
+    def update(self, batch: TensorDictBase) -> None:
+        """One TD3 update: the critic's step; every ``policy_delay`` updates the actor's; the targets' Polyak steps."""
+        critic_opt, actor_opt = self.optimizers()
+        loss, stats = self.critic_loss(batch)
+        critic_opt.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        critic_opt.step()
+        self.updates += 1
+        self.stats.add(stats)
+        if self.updates % self.hparams.policy_delay == 0:
+            actor_loss = self.actor_loss(batch)
+            actor_opt.zero_grad(set_to_none=True)
+            self.manual_backward(actor_loss, inputs=list(self.actor.parameters()))  # the critic is held fixed
+            actor_opt.step()
+            self.actor_stats.add(actor_loss.detach().reshape(1))
+        self.critic_target_update()
+        self.actor_target_update()
+
+    def critic_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """MSE of Q(s_t, a_t, g) against the TD(λ) target, and its statistics ``[len(TRAIN_STATS)]``."""
+        target, steps = self.td_targets(batch)
+        q = self.critic(batch[keys.OBS], batch[keys.ACTION], batch[keys.GOAL])
+        loss = F.mse_loss(q, target)
+        return loss, torch.stack([loss.detach(), q.detach().mean(), target.mean(), steps])
+
+    def actor_loss(self, batch: TensorDictBase) -> torch.Tensor:
+        """−Q(s, π(s, g), g) averaged over the batch's rows."""
+        obs, goal = batch[keys.OBS], batch[keys.GOAL]
+        return -self.critic(obs, self.actor(obs, goal), goal).mean()
+
+    @torch.no_grad()
+    def td_targets(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """The TD(λ) target of each row along its path ``[N]``, and the mean path length of its future rows.
+
+        Along a row's path of k steps (``PATH_VALID``), step j leads to s'_j: reward r_j = 1 and terminal
+        where s'_j reaches the goal (the environment's reach rule), terminal where the episode terminated,
+        bootstrap B_j = Q'(s'_j, clip(π'(s'_j, g) + clip(ε, −c, c), −1, 1), g) with ε ~ N(0, σ²). Then
+        G_{k−1} = r + γ(1 − d)B and G_j = r_j + γ(1 − d_j)((1 − λ)B_j + λG_{j+1}); the target is G_0.
+        """
+        hp = self.hparams
+        goal, valid = batch[keys.GOAL], batch[keys.PATH_VALID]
+        next_obs = batch[keys.PATH_NEXT_OBS]
+        n, h = valid.shape
+        path_goal = goal.unsqueeze(1).expand(n, h, goal.shape[-1])
+        reward = goal_reached(self.goal_space, self.goal_space.project(next_obs), None, path_goal, None)
+        done = reward | batch[keys.PATH_TERMINATED]
+        # Bootstraps only where a path step needs one: on the path, not terminal.
+        need = (valid & ~done).nonzero(as_tuple=True)
+        s, g = next_obs[need], path_goal[need]
+        action = self.actor_target(s, g)
+        noise = (torch.randn_like(action) * hp.target_noise).clamp(-hp.target_noise_clip, hp.target_noise_clip)
+        bootstrap = torch.zeros(n, h, dtype=next_obs.dtype, device=next_obs.device)
+        bootstrap[need] = self.critic_target(s, (action + noise).clamp(-1.0, 1.0), g)
+        cont = torch.cat([valid[:, 1:], torch.zeros_like(valid[:, :1])], 1)  # the trace runs on along the path
+        target = watkins_lambda_returns(reward.float(), done.float(), bootstrap, cont.float(), hp.gamma, hp.lam)[:, 0]
+        future = batch[keys.FUTURE].float()
+        steps = (valid.sum(-1) * future).sum() / future.sum().clamp(min=1.0)  # no host sync
+        return target, steps
+
+    def pop_train_metrics(self) -> dict[str, float]:
+        out = self.stats.pop()
+        out.update(self.actor_stats.pop())
+        if out:
+            out["train/updates/total"] = float(self.updates)
+        return out
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        super().on_save_checkpoint(checkpoint)
+        checkpoint["sun_target_update"] = {"critic": self.critic_target_update.state_dict(),
+                                           "actor": self.actor_target_update.state_dict()}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        super().on_load_checkpoint(checkpoint)
+        state = checkpoint.get("sun_target_update")
+        if state:
+            self.critic_target_update.load_state_dict(state["critic"])
+            self.actor_target_update.load_state_dict(state["actor"])
+
