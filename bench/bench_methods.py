@@ -26,7 +26,7 @@ def main() -> None:
     args = parser.parse_args()
     fps = {}
     for name, method in NAMES.items():
-        out = run_once(ROOT, args.config, args.warmup, args.frames, args.threads, list(method_args(method)))
+        out = run_once(ROOT, args.config, args.warmup, args.frames, args.threads, list(method_args(method, ROOT / args.config)))
         fps[name] = out["frames"] / out["seconds"]
     print(f"\n{args.config}: {args.frames} learning frames after {args.warmup} warm-up frames")
     for name, value in fps.items():

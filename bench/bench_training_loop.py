@@ -7,7 +7,7 @@ checked out into a temporary git worktree and imported from there; runs of the t
 the machine's speed drift hits both alike.
 
 Usage: python bench/bench_training_loop.py [--baseline 0243e9f] [--rounds 3] [--frames 2000]
-       [--warmup 5000] [--config conf/three_room.yaml] [--threads 2] [-- extra fit arguments]
+       [--warmup 5000] [--config conf/three_room.yaml] [--threads 2] [--this-args '...'] [-- fit arguments]
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -52,20 +53,23 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=2000, help="learning frames timed per run")
     parser.add_argument("--warmup", type=int, default=5000)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--this-args", default="", help="fit arguments for this code only, e.g. "
+                        "'--model.init_args.backend torch' (quoted; those after -- go to both)")
     args = parser.parse_args(argv)
+    own = shlex.split(args.this_args)
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "baseline"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(base), args.baseline],
                        check=True, capture_output=True)
         try:
-            trees = {"baseline " + args.baseline: base, "this code": ROOT}
-            # untimed first runs: the baseline builds its C kernels into the cache
-            for tree in trees.values():
-                run_once(tree, args.config, args.warmup, 200, args.threads, extra)
+            trees = {"baseline " + args.baseline: (base, extra), "this code": (ROOT, extra + own)}
+            # untimed first runs: each tree builds its C kernels into the cache
+            for tree, tree_args in trees.values():
+                run_once(tree, args.config, args.warmup, 200, args.threads, tree_args)
             results: dict[str, list[dict]] = {name: [] for name in trees}
             for r in range(args.rounds):
-                for name, tree in trees.items():
-                    out = run_once(tree, args.config, args.warmup, args.frames, args.threads, extra)
+                for name, (tree, tree_args) in trees.items():
+                    out = run_once(tree, args.config, args.warmup, args.frames, args.threads, tree_args)
                     results[name].append(out)
                     print(f"round {r + 1} {name:<18s} {out['frames'] / out['seconds']:7.1f} frames/s "
                           f"{out['updates'] / out['seconds']:7.1f} updates/s  (whole process {out['total_seconds']:.1f} s)",
@@ -73,7 +77,7 @@ def main() -> None:
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)], capture_output=True)
     print(f"\n{args.config}: {args.frames} learning frames after {args.warmup} warm-up frames, "
-          f"{args.threads} threads, median of {args.rounds} alternated runs")
+          f"{args.threads} threads, median of {args.rounds} alternated runs; this code with {own or 'its defaults'}")
     medians = {}
     for name, outs in results.items():
         fps = statistics.median(o["frames"] / o["seconds"] for o in outs)

@@ -56,7 +56,7 @@ def finished_runs(experiment: str) -> dict[str, dict]:
 
 def launch(config: str, method: str, seed: int, experiment: str, extra: list[str], threads: int, log_dir: Path):
     command = [
-        sys.executable, "-m", "sun_lightning", "fit", "--config", config, *method_args(method),
+        sys.executable, "-m", "sun_lightning", "fit", "--config", config, *method_args(method, config),
         "--seed_everything", str(seed),
         "--trainer.logger.init_args.experiment_name", experiment,
         "--trainer.logger.init_args.run_name", run_name(method, seed),

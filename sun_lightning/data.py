@@ -36,8 +36,7 @@ from sun_lightning.goals.sun import SUNAdaptive
 from sun_lightning.goals.transform import GoalSelectionTransform
 from sun_lightning.learners.base import Learner
 from sun_lightning.replay.exact_count import ExactCount
-from sun_lightning.replay import pseudocount as radius
-from sun_lightning.replay.pseudocount import RadiusPseudocount
+from sun_lightning.replay.pseudocount import make_radius_pseudocount
 from sun_lightning.replay.storage import GoalReplayStorage
 
 
@@ -202,10 +201,7 @@ def build_pseudocount(space: GoalSpace, capacity: int, sigma_every: int, device:
     pseudocount elsewhere (ρ and the goal action from the environment's goal space)."""
     if space.exact_counts:
         return ExactCount(space.obs_dim * space.num_actions, capacity, space.num_actions, device)
-    make = getattr(radius, "make_radius_pseudocount", None)
-    if make is None:  # TEMPORARY until the torch pseudocount lands
-        return RadiusPseudocount(space.goal_dim, space.rho, capacity, space.num_actions, sigma_every, device)
-    return make(space.goal_dim, space.rho, capacity, space.num_actions, sigma_every, device, backend)
+    return make_radius_pseudocount(space.goal_dim, space.rho, capacity, space.num_actions, sigma_every, device, backend)
 
 
 class _Stream(IterableDataset):

@@ -15,8 +15,7 @@ def tune_allocator() -> bool:
 
     Every update allocates and frees the same few MB of activations. With
     glibc's defaults the freed top of the heap is trimmed (and large blocks
-    are mmapped) each time, so every update page-faults its buffers back in:
-    measured here, a slice's backward took 20 ms instead of 1 ms. Returns
+    are mmapped) each time, so every update page-faults its buffers back in. Returns
     whether the settings were applied (glibc only).
     """
     if not sys.platform.startswith("linux"):

@@ -192,3 +192,40 @@ def test_actor_and_critic_classes_take_their_encoders():
                       maxout_width=8, head_width=8)
     obs, goal = torch.randn(5, 3), torch.randn(5, 2)
     assert critic(obs, actor(obs, goal), goal).shape == (5,)
+
+
+# ---- the 4-critic ensemble of DISCOVER / AdaGoal ------------------------------------------------------------
+def test_ensemble_members_learn_their_own_batches_with_their_own_targets():
+    from sun_lightning.learners.ensemble_td3 import EnsembleTD3SVF
+
+    torch.manual_seed(0)
+    learner = EnsembleTD3SVF(SPACE, target_noise=0.0, **SMALL)
+    assert learner.batches_per_update == 4
+    for p, t in zip(learner.critic.parameters(), learner.critic_target.parameters()):
+        assert p.shape[0] == 4 and torch.equal(p.detach(), t)
+    weights = [p for name, p in learner.critic.named_parameters() if name.endswith("weight") and p.dim() == 3]
+    assert all(not torch.equal(w[0], w[1]) for w in weights)  # independent initialisations
+    with torch.no_grad():
+        for p in learner.critic_target.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    storage = storage_of_walks()
+    batch = FutureGoalSampler(batch_size=24, horizon=6).sample(storage, generator=torch.Generator().manual_seed(3),
+                                                               count=4)
+    loss, stats = learner.critic_loss(batch)
+    expected = 0.0
+    for e in range(4):  # member e as a stand-alone TD3 learner: its slices, its own target
+        single = TD3SVF(SPACE, target_noise=0.0, **SMALL)
+        single.obs_stats = learner.obs_stats
+        for net, stacked in ((single.critic, learner.critic), (single.critic_target, learner.critic_target)):
+            for (name, p), (_, q) in zip(net.named_parameters(), stacked.named_parameters()):
+                p.data.copy_(q.data[e])
+            net.obs_encoder.stats = net.goal_encoder.stats = learner.obs_stats
+        single.actor_target.load_state_dict(learner.actor_target.state_dict())
+        target = slow_targets(single, batch[e])
+        q = single.critic(batch[e][keys.OBS], batch[e][keys.ACTION], batch[e][keys.GOAL])
+        expected = expected + torch.nn.functional.mse_loss(q, target)
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
+    values, _ = learner.goal_values(torch.randn(3, 3), torch.randn(3, 5, 2))
+    assert values.shape == (4, 3, 5) and values.std(0).mean() > 0  # the members disagree
+    with pytest.raises(ValueError, match=r"stacked as \[4, N\]"):
+        learner.critic_loss(batch[0])

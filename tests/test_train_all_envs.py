@@ -8,9 +8,9 @@ import pytest
 
 from sun_lightning.cli import main
 
-# Two configs run by default (a radius-pseudocount env, and the k-NN metric); the rest take
-# ~10 s each and are marked slow (three_room also runs end to end in test_cli.py).
-FAST = {"mountain_car.yaml", "lunar_lander_full.yaml"}
+# Three configs run by default (a radius-pseudocount env, the k-NN metric, the TD3 variant); the rest
+# take ~10 s each and are marked slow (three_room also runs end to end in test_cli.py).
+FAST = {"mountain_car.yaml", "lunar_lander_full.yaml", "point_maze_s.yaml"}
 CONFIGS = [
     name if name in FAST else pytest.param(name, marks=pytest.mark.slow)
     for name in sorted(p.name for p in (Path(__file__).resolve().parents[1] / "conf").glob("*.yaml"))
@@ -27,7 +27,8 @@ def test_config_trains_to_completion(config, tmp_path, monkeypatch):
         "--trainer.logger", "false", "--trainer.enable_checkpointing", "false",
     ])
     logger = next(cb for cb in cli.trainer.callbacks if cb.__class__.__name__ == "ExplorationLogger")
-    assert cli.datamodule.frames == 320 and cli.model.updates == 32
+    dm = cli.datamodule
+    assert dm.frames == 320 and cli.model.updates == int(32 * dm.updates_per_frame)
     assert 0 < logger.final["explore/visits/coverage"] <= 1
     assert 0 <= logger.final["explore/visits/entropy"] <= 1
     if cli.datamodule.goal_space.goal_dims is None and not cli.datamodule.goal_space.exact_counts:

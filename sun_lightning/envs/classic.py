@@ -23,8 +23,7 @@ Every id has a ``vector_entry_point`` that builds an in-process
 :class:`gymnasium.vector.SyncVectorEnv` with ``SAME_STEP`` autoreset (or, on
 request, ``DISABLED``: explicit partial resets, which the trainer uses),
 because TorchRL's ``GymWrapper`` rejects gymnasium's default ``NEXT_STEP`` mode
-and an in-process vector env is about 10x faster than a subprocess one on
-small machines (STACK.md)::
+and an in-process vector env avoids a subprocess per env (STACK.md)::
 
     venv = gymnasium.make_vec("sun_lightning/CartPole-v0", num_envs=4)
     env = torchrl.envs.GymWrapper(venv, categorical_action_encoding=True)

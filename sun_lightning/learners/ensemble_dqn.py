@@ -27,6 +27,7 @@ from sun_lightning import keys
 from sun_lightning.envs.registry import GoalSpace
 from sun_lightning.learners.dqn import DQNSVF
 from sun_lightning.learners.target import TargetUpdate
+from sun_lightning.networks.ensemble import stack_members
 
 
 class EnsembleDQNSVF(DQNSVF):
@@ -61,12 +62,9 @@ class EnsembleDQNSVF(DQNSVF):
         # builds its network (encoders included); the spread at initialisation
         # is the only disagreement on goals that no batch has covered yet.
         members = [self.q] + [DQNSVF(goal_space, **kwargs).q for _ in range(ensemble_size - 1)]
-        for name, _ in list(self.q.named_parameters()):
-            stacked = torch.stack([member.get_parameter(name).detach() for member in members])
-            _replace_parameter(self.q, name, nn.Parameter(stacked))
-            # Each member's target starts as a copy of that member. Stacking in
-            # place keeps what DQNSVF set up on its target (shared encoder statistics).
-            _replace_parameter(self.q_target, name, nn.Parameter(stacked.clone(), requires_grad=False))
+        # Each member's target starts as a copy of that member; stacking in place keeps what DQNSVF
+        # set up on its target (shared encoder statistics).
+        stack_members(self.q, self.q_target, members)
         # Polyak over the stacked parameters is every member's own step (elementwise).
         self.target_update = TargetUpdate(self.q, self.q_target, self.hparams.tau)
 
@@ -240,12 +238,6 @@ class EnsembleDQNSVF(DQNSVF):
         coef = (gradient_clip_val / (norm + 1e-6)).clamp(max=1.0)
         for g in grads:
             g.mul_(coef.view(-1, *[1] * (g.dim() - 1)))
-
-
-def _replace_parameter(net: nn.Module, name: str, value: nn.Parameter) -> None:
-    """Swaps the parameter ``name`` (dotted path) of ``net`` for ``value``."""
-    owner, _, attr = name.rpartition(".")
-    setattr(net.get_submodule(owner), attr, value)
 
 
 def _at_goal_action(q: torch.Tensor, goal_action: torch.Tensor) -> torch.Tensor:

@@ -168,14 +168,20 @@ class TD3SVF(Learner):
         return -self.critic(obs, self.actor(obs, goal), goal).mean()
 
     @torch.no_grad()
-    def td_targets(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+    def td_targets(self, batch: TensorDictBase, critic_target_fn=None) -> tuple[torch.Tensor, torch.Tensor]:
         """The TD(λ) target of each row along its path ``[N]``, and the mean path length of its future rows.
 
         Along a row's path of k steps (``PATH_VALID``), step j leads to s'_j: reward r_j = 1 and terminal
         where s'_j reaches the goal (the environment's reach rule), terminal where the episode terminated,
         bootstrap B_j = Q'(s'_j, clip(π'(s'_j, g) + clip(ε, −c, c), −1, 1), g) with ε ~ N(0, σ²). Then
         G_{k−1} = r + γ(1 − d)B and G_j = r_j + γ(1 − d_j)((1 − λ)B_j + λG_{j+1}); the target is G_0.
+
+        Args:
+            batch: rows ``[N]`` of :class:`~sun_lightning.replay.future.FutureGoalSampler`.
+            critic_target_fn: Q' as ``(obs, action, goal) -> values``; the target critic by default
+                (ensemble members pass their own).
         """
+        critic_target_fn = critic_target_fn or self.critic_target
         hp = self.hparams
         goal, valid = batch[keys.GOAL], batch[keys.PATH_VALID]
         next_obs = batch[keys.PATH_NEXT_OBS]
@@ -189,7 +195,7 @@ class TD3SVF(Learner):
         action = self.actor_target(s, g)
         noise = (torch.randn_like(action) * hp.target_noise).clamp(-hp.target_noise_clip, hp.target_noise_clip)
         bootstrap = torch.zeros(n, h, dtype=next_obs.dtype, device=next_obs.device)
-        bootstrap[need] = self.critic_target(s, (action + noise).clamp(-1.0, 1.0), g)
+        bootstrap[need] = critic_target_fn(s, (action + noise).clamp(-1.0, 1.0), g)
         cont = torch.cat([valid[:, 1:], torch.zeros_like(valid[:, :1])], 1)  # the trace runs on along the path
         target = watkins_lambda_returns(reward.float(), done.float(), bootstrap, cont.float(), hp.gamma, hp.lam)[:, 0]
         future = batch[keys.FUTURE].float()

@@ -12,7 +12,7 @@ class _PieceMax(torch.autograd.Function):
     """Max over the piece axis of ``[..., pieces, units]`` with a one-mask backward.
 
     ``amax``'s own backward (eq, count, divide, expand) and ``max(dim)``'s
-    scatter were several times slower than the forward on CPU; ties between
+    scatter cost more than the forward on CPU; ties between
     pieces have probability zero with float weights.
     """
 
@@ -29,8 +29,7 @@ class _PieceMax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
         pieces, out = ctx.saved_tensors
-        # The mask written as floats, then scaled in place: 4-8x faster on CPU
-        # than ``mask * grad`` (a bool → float conversion pass) or ``torch.where``.
+        # The mask written as floats, then scaled in place: no bool → float conversion pass.
         if _is_batched(pieces):  # under vmap (ensembles) ``out=`` has no batching rule
             return (pieces == out.unsqueeze(-2)) * grad.unsqueeze(-2)
         mask = torch.eq(pieces, out.unsqueeze(-2), out=torch.empty_like(pieces))
@@ -170,7 +169,7 @@ class GoalQNetwork(nn.Module):
         # three maps; the first two run on the tables, only the product per row.
         w_s, w_g, w_p = self.maxout.linear.weight.split(f_s.shape[-1], dim=1)
         pre_s, pre_g = F.linear(f_s, w_s), F.linear(f_g, w_g)
-        # index_select: a plain row gather, several times faster than advanced indexing on CPU.
+        # index_select: a plain row gather, cheaper than advanced indexing on CPU.
         if obs_index is not None:
             f_s, pre_s = f_s.index_select(0, obs_index), pre_s.index_select(0, obs_index)
         if goal_index is not None:

@@ -81,13 +81,16 @@ per cell.  ``nbytes()`` (which counts all of these, not allocator fragmentation)
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 
+from sun_lightning.replay import pseudocount_native
 from sun_lightning.replay.pseudocount_index import GridIndex, check
 from sun_lightning.replay.pseudocount_scale import RunningMoments
 
-__all__ = ["RadiusPseudocount"]
+__all__ = ["RadiusPseudocount", "make_radius_pseudocount"]
 
 _XTYPE = {torch.float64: 0, torch.float32: 1}  # dtypes the native single step reads directly
 
@@ -326,3 +329,57 @@ class RadiusPseudocount:
         self.__dict__.update(state)
         self._make_index()  # C keeps pointers to the restored _st / moments arrays
         self._index.set_state(index_state)
+
+
+# ---------------------------------------------------------------------- backend choice
+BACKENDS = ("auto", "native", "torch")
+_native_why: str | None = None  # why the native index is unavailable (first line of the error)
+
+
+def make_radius_pseudocount(goal_dim: int, rho: float, capacity: int, num_actions: int = 0,
+                            sigma_every: int = 1000, device: str | torch.device = "cpu",
+                            backend: str = "auto"):
+    """The radius pseudocount of SPEC §4 with the chosen implementation (same counts either way).
+
+    Args:
+        goal_dim, rho, capacity, num_actions, sigma_every, device: see :class:`RadiusPseudocount`.
+        backend: ``"native"`` (:class:`RadiusPseudocount`, the C hash grid), ``"torch"``
+            (:class:`~sun_lightning.replay.pseudocount_torch.TorchRadiusPseudocount`, brute
+            force on ``device``) or ``"auto"``: native on a CPU device when its library builds,
+            else torch (silently on an accelerator; with one warning on a CPU without a C
+            compiler).
+
+    Raises:
+        ValueError: unknown ``backend``.
+        NativeError: ``backend="native"`` and the native index cannot be built.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown pseudocount backend {backend!r}: expected one of "
+                         + ", ".join(repr(b) for b in BACKENDS))
+    args = (goal_dim, rho, capacity, num_actions, sigma_every, device)
+    if backend == "auto":
+        backend = "torch"
+        if torch.device(device).type == "cpu":
+            if _native_available():
+                backend = "native"
+            else:
+                warnings.warn("RadiusPseudocount: using the pure-torch pseudocount "
+                              f"(TorchRadiusPseudocount, brute force) because {_native_why}",
+                              stacklevel=2)
+    if backend == "native":
+        return RadiusPseudocount(*args)
+    from sun_lightning.replay.pseudocount_torch import TorchRadiusPseudocount
+
+    return TorchRadiusPseudocount(*args)
+
+
+def _native_available() -> bool:
+    """``LIBRARY.available``, its own (multi-line, once) warning folded into the caller's."""
+    global _native_why
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ok = pseudocount_native.LIBRARY.available("The pure-torch pseudocount is used instead.")
+    if not ok and (caught or _native_why is None):
+        first = str(caught[0].message).splitlines()[0] if caught else ""
+        _native_why = first[:300] or "the native index is unavailable"
+    return ok

@@ -1,0 +1,109 @@
+"""Critic ensemble of the AdaGoal and DISCOVER baselines, TD3 variant (SPEC §5b "Ensemble baselines").
+
+Paper appendix "GCRL Control": four critics, each with its own target network, trained on different
+random batches with TD targets from its own target network; one actor trained against the average
+value of all critics. The E critics are one :class:`~sun_lightning.networks.td3.GoalCritic` whose
+parameters carry a leading member axis ``[E, ...]`` (their encoders' running statistics shared), so
+AdamW and the Polyak update act on every member elementwise; the members are evaluated together in
+one ``torch.vmap`` where they share their inputs (selection, the actor's loss).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+from torch.func import functional_call
+from torch.nn import functional as F
+
+from sun_lightning import keys
+from sun_lightning.envs.registry import GoalSpace
+from sun_lightning.learners.target import TargetUpdate
+from sun_lightning.learners.td3 import TD3SVF
+from sun_lightning.networks.ensemble import stack_members
+from sun_lightning.networks.td3 import GoalCritic
+
+
+class EnsembleTD3SVF(TD3SVF):
+    """E TD3 critics Q_1..Q_E and one actor (SPEC §5b).
+
+    * :meth:`update` takes E batches stacked ``[E, N]``; member e learns from batch e with
+      targets from its own target critic (and the shared target actor).
+    * The actor maximizes the members' mean (1/E) Σ_e Q_e(s, π(s, g), g) on member 0's batch.
+    * :meth:`goal_values` returns every member's V_e(s, g) = Q_e(s, π(s, g), g), ``[E, B, K]``
+      (DISCOVER and AdaGoal score their mean and spread).
+
+    Args:
+        goal_space: linked from the DataModule.
+        ensemble_size: number of critics E (4 in the paper).
+        **kwargs: the :class:`TD3SVF` hyperparameters, shared by all members.
+    """
+
+    def __init__(self, goal_space: GoalSpace | None = None, ensemble_size: int = 4, **kwargs) -> None:
+        super().__init__(goal_space, **kwargs)
+        if ensemble_size < 1:
+            raise ValueError(f"ensemble_size must be >= 1, got {ensemble_size}")
+        self.ensemble_size = ensemble_size
+        self.save_hyperparameters(ignore=["goal_space"])
+        hp = self.hparams
+        sizes = dict(hidden=hp.hidden, features=hp.features, maxout_width=hp.maxout_width,
+                     maxout_pieces=hp.maxout_pieces, head_width=hp.head_width)
+        # Independently initialised members, stacked into the critic built by TD3SVF.
+        members = [self.critic] + [GoalCritic(*self._encoders(), goal_space.action_dim, **sizes)
+                                   for _ in range(ensemble_size - 1)]
+        stack_members(self.critic, self.critic_target, members)
+        self.critic_target_update = TargetUpdate(self.critic, self.critic_target, hp.critic_tau, hp.target_every)
+
+    @property
+    def batches_per_update(self) -> int:
+        """One relabelled batch per member."""
+        return self.ensemble_size
+
+    def member(self, net: nn.Module, e: int, obs: torch.Tensor, action: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
+        """Member e of the stacked critic ``net`` (online or target) on its own inputs."""
+        params = {name: p[e] for name, p in net.named_parameters()}
+        return functional_call(net, params, (obs, action, goal))
+
+    def members(self, net: nn.Module, obs: torch.Tensor, action: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
+        """Every member of ``net`` on the same inputs, ``[E, ...]``: one vmapped forward."""
+        params = dict(net.named_parameters())
+
+        def one(p: dict) -> torch.Tensor:
+            return functional_call(net, p, (obs, action, goal))
+
+        return torch.vmap(one)(params)
+
+    # ---- what data collection reads --------------------------------------------------
+    @torch.no_grad()
+    def goal_values(
+        self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None = None,
+        goal_keys: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, None]:
+        """V_e(s, g) = Q_e(s, π(s, g), g) of every member for K candidates per state, ``[E, B, K]``."""
+        obs = obs.unsqueeze(1).expand(*goal.shape[:2], obs.shape[-1])
+        return self.members(self.critic, obs, self.actor(obs, goal), goal), None
+
+    # ---- learning ---------------------------------------------------------------------
+    def critic_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """Σ_e of member e's MSE on its own batch against its own target critic; statistics are member averages."""
+        e = self.ensemble_size
+        if batch.batch_dims != 2 or batch.batch_size[0] != e:
+            raise ValueError(f"EnsembleTD3SVF needs one batch per member stacked as [{e}, N], got {tuple(batch.batch_size)}")
+        losses, stats = [], []
+        for m in range(e):
+            rows = batch[m]
+            target, steps = self.td_targets(rows, partial(self.member, self.critic_target, m))
+            q = self.member(self.critic, m, rows[keys.OBS], rows[keys.ACTION], rows[keys.GOAL])
+            loss = F.mse_loss(q, target)
+            losses.append(loss)
+            stats.append(torch.stack([loss.detach(), q.detach().mean(), target.mean(), steps]))
+        return torch.stack(losses).sum(), torch.stack(stats).mean(0)
+
+    def actor_loss(self, batch: TensorDictBase) -> torch.Tensor:
+        """−(1/E) Σ_e Q_e(s, π(s, g), g) over member 0's rows."""
+        rows = batch[0]
+        obs, goal = rows[keys.OBS], rows[keys.GOAL]
+        return -self.members(self.critic, obs, self.actor(obs, goal), goal).mean()
+
