@@ -27,9 +27,12 @@ import mlflow
 import numpy as np
 
 from sun_lightning.methods import METHODS, method_args
+from sun_lightning.metrics.auc import curve_auc
 from sun_lightning.tracking import MLFLOW_DIR, MLFLOW_URI
 
 REPORTED = ("explore/visits/coverage", "explore/visits/entropy", "explore/goals/success", "explore/goals/random_fraction")
+#: Metrics whose area under the curve against env frames is reported too (``<name>_auc``).
+CURVES = ("explore/visits/coverage", "explore/visits/entropy")
 
 
 def run_name(method: str, seed: int) -> str:
@@ -48,8 +51,12 @@ def finished_runs(experiment: str) -> dict[str, dict]:
         if name in runs:
             continue  # the newest finished run of a name wins (search order is newest first)
         values = {key: run.data.metrics[key] for key in REPORTED if key in run.data.metrics}
-        history = client.get_metric_history(run.info.run_id, "explore/visits/coverage")
-        values["frames"] = max((m.step for m in history), default=0)
+        for key in CURVES:
+            history = client.get_metric_history(run.info.run_id, key)
+            if history:
+                values[key + "_auc"] = curve_auc([m.step for m in history], [m.value for m in history])
+                values["frames"] = max(m.step for m in history)
+        values.setdefault("frames", 0)
         runs[name] = values
     return runs
 
@@ -97,14 +104,15 @@ def run_all(args: argparse.Namespace, extra: list[str]) -> None:
 
 
 def report(args: argparse.Namespace) -> str:
-    """The table of final metrics, mean ± std over the seeds that finished."""
+    """The table of final metrics and AUCs, mean ± std over the seeds that finished."""
     done = finished_runs(args.experiment)
-    short = [name.rsplit("/", 1)[-1] for name in REPORTED]
+    columns = (*REPORTED, *(key + "_auc" for key in CURVES))
+    short = [name.rsplit("/", 1)[-1] for name in columns]
     lines = [f"{'method':<18s} {'seeds':>5s} {'frames':>7s} " + " ".join(f"{name:>17s}" for name in short)]
     for method in args.methods:
         rows = [done[run_name(method, s)] for s in args.seeds if run_name(method, s) in done]
         cells = []
-        for key in REPORTED:
+        for key in columns:
             values = np.array([row[key] for row in rows if key in row])
             cells.append(f"{values.mean():8.3f} ± {values.std(ddof=1) if len(values) > 1 else 0.0:5.3f}" if len(values) else f"{'—':>17s}")
         frames = min((int(row["frames"]) for row in rows), default=0)

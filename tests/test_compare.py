@@ -61,6 +61,8 @@ def test_report_gives_mean_and_std_over_finished_seeds(tmp_path, monkeypatch):
     assert table["sun"][1:8] == ["2", "1000", "0.800", "±", "0.141", "0.700", "±"]
     assert table["random"][1:5] == ["1", "800", "0.500", "±"]
     assert table["adagoal"][1:3] == ["0", "0"]
+    # AUC over (500, 0.45), (1000, 0.9) and (500, 0.35), (1000, 0.7): 0.675 and 0.525, mean 0.6 ± 0.106
+    assert table["sun"][9:] == ["—", "—", "0.600", "±", "0.106", "0.525", "±", "0.106"]
 
 
 def test_bad_arguments_fail_fast(tmp_path):
@@ -84,3 +86,14 @@ def test_a_small_comparison_runs_end_to_end_and_resumes(tmp_path):
     assert rows["sun"][1:3] == ["1", "600"] and rows["random"][1:3] == ["1", "600"]
     second = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0 and "started" not in second.stdout  # finished runs are not repeated
+
+
+@pytest.mark.parametrize("method", ["discover", "adagoal", "sun"])
+def test_ensembles_follow_the_configs_learner(method, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = ROOT / "conf/point_maze_s.yaml"
+    cli = main(["--config", str(config), *method_args(method, config), "--trainer.logger", "false"], run=False)
+    expected = {"discover": "EnsembleTD3SVF", "adagoal": "EnsembleTD3SVF", "sun": "TD3SVF"}[method]
+    assert type(cli.model).__name__ == expected
+    if method == "discover":
+        assert cli.datamodule.selector.beta == 1.0  # β = 1 on GCRL control (paper appendix)

@@ -146,3 +146,14 @@ def test_knn_errors_and_duplicates():
     x = torch.zeros(10, 2)
     x[5:] = 1.0  # exact duplicates: finite (very negative) thanks to the distance floor
     assert math.isfinite(knn_entropy(x))
+
+
+def test_curve_auc_is_the_trapezoid_mean_height():
+    from sun_lightning.metrics.auc import curve_auc
+
+    # (0, 0) → (10, 1) → (30, 1): area 5 + 20 = 25 over 30 frames
+    assert curve_auc([0, 10, 30], [0.0, 1.0, 1.0]) == pytest.approx(25 / 30)
+    assert curve_auc([30, 0, 10], [1.0, 0.0, 1.0]) == pytest.approx(25 / 30)  # any order
+    assert curve_auc([5], [0.3]) == 0.3
+    with pytest.raises(ValueError, match="as many steps"):
+        curve_auc([1, 2], [0.5])

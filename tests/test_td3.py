@@ -229,3 +229,11 @@ def test_ensemble_members_learn_their_own_batches_with_their_own_targets():
     assert values.shape == (4, 3, 5) and values.std(0).mean() > 0  # the members disagree
     with pytest.raises(ValueError, match=r"stacked as \[4, N\]"):
         learner.critic_loss(batch[0])
+
+
+def test_a_goal_of_the_wrong_dimension_is_named():
+    learner = TD3SVF(SPACE, **SMALL)
+    with pytest.raises(ValueError, match=r"goal of shape \(2, 4, 3\): the goal space has 2 dimensions"):
+        learner.goal_values(torch.zeros(2, 3), torch.zeros(2, 4, 3))
+    with pytest.raises(ValueError, match=r"goal of shape \(2, 1\)"):
+        learner.act(torch.zeros(2, 3), torch.zeros(2, 1))

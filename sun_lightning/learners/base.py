@@ -77,6 +77,12 @@ class Learner(pl.LightningModule):
         self.automatic_optimization = False
         self.updates = 0  # learner updates, counted here: global_step counts optimizer steps
 
+    def check_goal(self, goal: torch.Tensor) -> None:
+        """Raise a ValueError naming the shape of a goal ``[..., goal_dim]`` that does not fit the goal space."""
+        if goal.shape[-1:] != (self.goal_space.goal_dim,):
+            raise ValueError(f"goal of shape {tuple(goal.shape)}: the goal space has {self.goal_space.goal_dim} "
+                             f"dimensions (goal_dims {self.goal_space.goal_dims})")
+
     # ---- what data collection reads ---------------------------------------------------
     def observe(self, obs: torch.Tensor) -> None:
         """Called with every collected vector step's observations ``[B, obs_dim]`` (running statistics)."""

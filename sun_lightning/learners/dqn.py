@@ -150,6 +150,7 @@ class DQNSVF(Learner):
         outputs serve all of that goal's candidates whatever their goal actions: candidates drawn from
         a gridworld's replay storage repeat tiles, so selection evaluates several times fewer rows.
         """
+        self.check_goal(goal)
         b, k = goal.shape[:2]
         if goal_keys is None:
             # Each state's branch runs once for its K candidates.

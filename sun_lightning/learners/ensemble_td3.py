@@ -82,6 +82,7 @@ class EnsembleTD3SVF(TD3SVF):
         goal_keys: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, None]:
         """V_e(s, g) = Q_e(s, π(s, g), g) of every member for K candidates per state, ``[E, B, K]``."""
+        self.check_goal(goal)
         obs = obs.unsqueeze(1).expand(*goal.shape[:2], obs.shape[-1])
         return self.members(self.critic, obs, self.actor(obs, goal), goal), None
 

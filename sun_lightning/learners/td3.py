@@ -120,6 +120,7 @@ class TD3SVF(Learner):
     @torch.no_grad()
     def act(self, obs: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
         """π(s, g) ``[B, action_dim]``, the acting policy's mean action."""
+        self.check_goal(goal)
         return self.actor(obs, goal)
 
     @torch.no_grad()
@@ -128,6 +129,7 @@ class TD3SVF(Learner):
         goal_keys: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, None]:
         """V(s, g) = Q(s, π(s, g), g) of K candidates per state ``[B, K]`` (SPEC §3, §5b)."""
+        self.check_goal(goal)
         obs = obs.unsqueeze(1).expand(*goal.shape[:2], obs.shape[-1])
         return self.critic(obs, self.actor(obs, goal), goal), None
 
