@@ -36,7 +36,7 @@ from sun_lightning.goals.sun import SUNAdaptive
 from sun_lightning.goals.transform import GoalSelectionTransform
 from sun_lightning.learners.base import Learner
 from sun_lightning.replay.exact_count import ExactCount
-from sun_lightning.replay.pseudocount import make_radius_pseudocount
+from sun_lightning.replay.pseudocount import BACKENDS, make_radius_pseudocount
 from sun_lightning.replay.storage import GoalReplayStorage
 
 
@@ -82,8 +82,8 @@ class ExplorationDataModule(pl.LightningDataModule):
             raise ValueError(f"warmup_frames must be >= 0, got {warmup_frames}")
         if updates_per_frame < 0:
             raise ValueError(f"updates_per_frame must be >= 0, got {updates_per_frame}")
-        if backend not in ("auto", "native", "torch"):
-            raise ValueError(f"backend must be 'auto', 'native' or 'torch', got {backend!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         self.env_id, self.total_frames, self.num_envs = env_id, total_frames, num_envs
         self.warmup_frames, self.capacity, self.selector = warmup_frames, capacity, selector
         self.updates_per_frame, self.sigma_every, self.seed = updates_per_frame, sigma_every, seed
@@ -99,7 +99,7 @@ class ExplorationDataModule(pl.LightningDataModule):
         learner: Learner = self.trainer.lightning_module
         self.learner, space = learner, self.goal_space
         self.sampler = learner.make_sampler()
-        needed = getattr(self.sampler, "steps_needed", 1) * self.num_envs
+        needed = self.sampler.steps_needed * self.num_envs
         if self.warmup_frames < needed:
             raise ValueError(f"warmup_frames ({self.warmup_frames}) must cover the {needed // self.num_envs} steps "
                              f"of each of {self.num_envs} envs that the learner's first batch needs")
@@ -192,7 +192,7 @@ class ExplorationDataModule(pl.LightningDataModule):
         members = self.learner.batches_per_update
         batches = self.sampler.sample(self.storage, self.scale(), count=updates * members)
         if members > 1:
-            batches = batches.reshape(updates, members)
+            batches = batches.unflatten(0, (updates, members))
         return list(batches.unbind(0))
 
 

@@ -97,3 +97,18 @@ def test_ensembles_follow_the_configs_learner(method, tmp_path, monkeypatch):
     assert type(cli.model).__name__ == expected
     if method == "discover":
         assert cli.datamodule.selector.beta == 1.0  # β = 1 on GCRL control (paper appendix)
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_every_method_trains_on_point_maze_s(method, tmp_path, monkeypatch):
+    """Every method of the paper runs on the TD3 variant too (issue 17), at a tiny budget."""
+    monkeypatch.chdir(tmp_path)
+    config = ROOT / "conf/point_maze_s.yaml"
+    cli = main(["fit", "--config", str(config), *method_args(method, config), "--data.total_frames", "1064",
+                "--data.warmup_frames", "1000", "--data.num_envs", "2", "--metrics.verbose", "false",
+                "--metrics.log_every_frames", "1000", "--trainer.logger", "false",
+                "--trainer.enable_checkpointing", "false", "--seed_everything", "0"])
+    assert cli.datamodule.frames == 1064
+    assert cli.model.updates == (0 if method == "random" else 16)
+    logger = next(cb for cb in cli.trainer.callbacks if cb.__class__.__name__ == "ExplorationLogger")
+    assert 0 < logger.final["explore/visits/coverage"] <= 1

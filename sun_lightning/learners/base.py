@@ -29,6 +29,9 @@ from sun_lightning.replay.storage import GoalReplayStorage
 class BatchSampler(Protocol):
     """Draws relabelled learning batches from the replay storage (a learner's hindsight relabelling)."""
 
+    #: Steps per env that D must hold before the first draw (the warm-up must cover them).
+    steps_needed: int
+
     def sample(self, storage: GoalReplayStorage, scale: torch.Tensor | None = None,
                generator: torch.Generator | None = None, count: int | None = None) -> TensorDict:
         """One batch, or ``count`` independent batches stacked ``[count]``.
