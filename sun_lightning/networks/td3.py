@@ -53,16 +53,26 @@ class TwoBranchNet(nn.Module):
 class GoalCritic(nn.Module):
     """Q(s, a, g_s) ≥ 0 (softplus output) of SPEC §5b.
 
+    The output layer starts small with a negative bias, so that V starts near ``softplus(init_bias)``
+    everywhere (≈ 0.13 for −2) as the DQN variant's Q starts near 0: a successor value learns upwards
+    from "not reachable yet". With PyTorch's default initialisation V would start at ≈ 0.69 for every
+    goal, and a goal that is never reached only decays from there by the bootstraps' slow γ-contraction.
+
     Args:
         obs_encoder, goal_encoder: φ of the state and of the goal (``out_features`` attributes; SPEC §5c).
         action_dim: size of the action, appended to φ(s) unencoded.
+        init_bias: initial bias of the output before the softplus.
         **sizes: :class:`TwoBranchNet`'s widths.
     """
 
-    def __init__(self, obs_encoder: nn.Module, goal_encoder: nn.Module, action_dim: int, **sizes) -> None:
+    def __init__(self, obs_encoder: nn.Module, goal_encoder: nn.Module, action_dim: int, init_bias: float = -2.0,
+                 **sizes) -> None:
         super().__init__()
         self.obs_encoder, self.goal_encoder = obs_encoder, goal_encoder
         self.net = TwoBranchNet(obs_encoder.out_features + action_dim, goal_encoder.out_features, 1, **sizes)
+        out = self.net.head[-1]
+        nn.init.normal_(out.weight, std=0.01)
+        nn.init.constant_(out.bias, init_bias)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
         """``[...]`` values of states ``[..., obs_dim]``, actions ``[..., action_dim]``, goals ``[..., goal_dim]``."""
