@@ -88,7 +88,9 @@ import torch
 
 from sun_lightning.replay import pseudocount_native
 from sun_lightning.replay.pseudocount_index import GridIndex, check
-from sun_lightning.replay.pseudocount_scale import RunningMoments
+from sun_lightning.replay.pseudocount_scale import (RunningMoments, batch_arrays, check_config,
+                                                    np_float, np_index, runs_without_repeats,
+                                                    sigma_due, st_tensor)
 
 __all__ = ["RadiusPseudocount", "make_radius_pseudocount"]
 
@@ -114,22 +116,9 @@ class RadiusPseudocount:
 
     def __init__(self, goal_dim: int, rho: float, capacity: int, num_actions: int = 0,
                  sigma_every: int = 1000, device: str | torch.device = "cpu"):
-        if goal_dim < 1:
-            raise ValueError("goal_dim must be >= 1")
-        if not rho >= 0:
-            raise ValueError("rho must be >= 0")
-        if capacity < 1:
-            raise ValueError("capacity must be >= 1")
-        if sigma_every < 1:
-            raise ValueError("sigma_every must be >= 1")
-        if num_actions < 0:
-            raise ValueError("num_actions must be >= 0")
-        self.goal_dim = M = int(goal_dim)
-        self.rho = float(rho)
-        self.capacity = int(capacity)
-        self.num_actions = int(num_actions)
-        self.sigma_every = int(sigma_every)
-        self.device = torch.device(device)
+        (self.goal_dim, self.rho, self.capacity, self.num_actions, self.sigma_every,
+         self.device) = check_config(goal_dim, rho, capacity, num_actions, sigma_every, device)
+        M = self.goal_dim
         self._n = 0  # stored entries
         self._seen = 0  # samples inserted ever (numbering of step 2)
         self._moments = RunningMoments(M)
@@ -150,7 +139,7 @@ class RadiusPseudocount:
 
     def counts(self, index: torch.Tensor) -> torch.Tensor:
         """Stored counts n at storage positions ``index`` (int64, on ``self.device``); 0 = empty."""
-        idx = self._np_index(index)
+        idx = np_index(index)
         if len(idx) and idx.min() < 0:  # numpy-style negative positions
             idx = np.where(idx < 0, idx + self.capacity, idx)
         t = torch.from_numpy(self._index.counts(idx))
@@ -188,44 +177,22 @@ class RadiusPseudocount:
                 self._seen = T + 1
                 self._n += 1 - r
                 return
-            xs = self._np_float(x).reshape(1, self.goal_dim)
+            xs = np_float(x).reshape(1, self.goal_dim)
             if not np.isfinite(xs).all():
                 raise ValueError("goal features must be finite")
             self._insert(np.array([slot], np.int64), xs,
                          np.array([a], np.int64) if self.num_actions else None)
             return
-        idx = self._np_index(index)
-        B = len(idx)
-        if B == 0:
+        idx, xs, a = batch_arrays(index, x, action, self.goal_dim, self.capacity,
+                                  self.num_actions)
+        if xs is None:  # empty batch
             return
-        xs = np.ascontiguousarray(self._np_float(x).reshape(B, self.goal_dim))
-        if idx.min() < 0 or idx.max() >= self.capacity:
-            raise IndexError("index out of range [0, capacity)")
-        if not np.isfinite(xs).all():
-            raise ValueError("goal features must be finite")
-        if self.num_actions > 0:
-            if action is None:
-                raise ValueError("action is required when num_actions > 0")
-            a = self._np_index(action)
-            if len(a) != B:
-                raise ValueError("action must have one entry per sample")
-            if a.min() < 0 or a.max() >= self.num_actions:
-                raise ValueError("action out of range [0, num_actions)")
-        else:
-            if action is not None:
-                raise ValueError("action given but num_actions == 0")
-            a = None
-        il = idx.tolist()
-        if len(set(il)) < B:  # repeated positions: consecutive runs of distinct positions
-            start, seen = 0, set()
-            for i, v in enumerate(il):
-                if v in seen:
-                    self._insert(idx[start:i], xs[start:i], None if a is None else a[start:i])
-                    start, seen = i, set()
-                seen.add(v)
-            self._insert(idx[start:], xs[start:], None if a is None else a[start:])
+        runs = runs_without_repeats(idx)
+        if len(runs) == 1:
+            self._insert(idx, xs, a)
             return
-        self._insert(idx, xs, a)
+        for s, e in runs:  # repeated positions: consecutive runs of distinct positions
+            self._insert(idx[s:e], xs[s:e], None if a is None else a[s:e])
 
     # ------------------------------------------------------------------ diagnostics
     def nbytes(self) -> int:
@@ -248,12 +215,10 @@ class RadiusPseudocount:
         ne = len(xe)
         if ne:
             mom.add_rows(xe, -1.0)
-        mom.set_shift(xs[0])
-        mom.add_rows(xs, 1.0)
+        mom.add_batch(xs)
         self._n += B - ne
         self._seen = T + B
-        K = self.sigma_every
-        if (T + B - 1) // K > (T - 1) // K:
+        if sigma_due(T, B, self.sigma_every):
             self._recompute_sigma(xs)
         if ne:
             self._index.apply(xe, ae if self.num_actions else None, -1)
@@ -289,33 +254,8 @@ class RadiusPseudocount:
             raise ValueError("action out of range [0, num_actions)")
         return a
 
-    @staticmethod
-    def _np_index(t) -> np.ndarray:
-        if torch.is_tensor(t):
-            t = t.detach()
-            if t.device.type != "cpu":
-                t = t.cpu()
-            t = t.numpy()
-        return np.ascontiguousarray(np.asarray(t).reshape(-1), np.int64)
-
-    @staticmethod
-    def _np_float(t) -> np.ndarray:
-        if torch.is_tensor(t):
-            t = t.detach()
-            if t.device.type != "cpu":
-                t = t.cpu()
-            if t.dtype in (torch.bfloat16, torch.float16):
-                t = t.float()
-            return t.numpy().astype(np.float64)
-        return np.array(t, np.float64)
-
     def _st_tensor(self, dtype, device) -> torch.Tensor:
-        key = (dtype, str(device))
-        hit = self._torch_cache.get(key)
-        if hit is None:
-            hit = self._torch_cache[key] = torch.as_tensor(self._st.copy(), dtype=dtype,
-                                                           device=device)
-        return hit
+        return st_tensor(self._torch_cache, self._st, dtype, device)
 
     # ------------------------------------------------------------------ pickling / deepcopy
     def __getstate__(self) -> dict:

@@ -8,6 +8,14 @@ The moments are running sums of ``x - c`` and ``(x - c)^2`` (float64) with ``c``
 value, so that a constant feature has exactly zero spread and ``sigma`` costs O(M) at any time.
 When the mean drifts far from ``c`` (cancellation would eat the variance), the sums are
 recomputed exactly around the stored value closest to the mean.
+
+The module also holds what the native (:class:`~sun_lightning.replay.pseudocount.
+RadiusPseudocount`) and the pure-torch (:class:`~sun_lightning.replay.pseudocount_torch.
+TorchRadiusPseudocount`) pseudocounts share at their interface: the constructor checks
+(:func:`check_config`), the batch-insert argument checks and conversions (:func:`batch_arrays`,
+:func:`np_index`, :func:`np_float`), the split of a call at repeated positions
+(:func:`runs_without_repeats`), the sigma schedule (:func:`sigma_due`) and the cached scale
+tensors (:func:`st_tensor`).
 """
 
 from __future__ import annotations
@@ -15,8 +23,10 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
+import torch
 
-__all__ = ["RunningMoments"]
+__all__ = ["RunningMoments", "batch_arrays", "check_config", "np_float", "np_index",
+           "runs_without_repeats", "sigma_due", "st_tensor"]
 
 
 class RunningMoments:
@@ -50,6 +60,12 @@ class RunningMoments:
         d = x - self.c
         self.S1 += sign * d.sum(0)
         self.S2 += sign * (d * d).sum(0)
+
+    def add_batch(self, x: np.ndarray) -> None:
+        """Add the rows of a new batch ``x`` [B, M] (``B >= 1``), its first row becoming the shift
+        ``c`` if none is set yet."""
+        self.set_shift(x[0])
+        self.add_rows(x, 1.0)
 
     def mean(self, n: int) -> np.ndarray:
         """Mean of the ``n`` stored entries [M]."""
@@ -96,3 +112,135 @@ class RunningMoments:
         self.__init__(state["goal_dim"])
         self.mom[:] = state["mom"]
         self.has_c = state["has_c"]
+
+
+# ---------------------------------------------------------------------- shared by both backends
+def check_config(goal_dim: int, rho: float, capacity: int, num_actions: int, sigma_every: int,
+                 device: str | torch.device):
+    """Checked and normalized constructor arguments of a radius pseudocount.
+
+    Returns:
+        ``(goal_dim, rho, capacity, num_actions, sigma_every, device)`` as
+        ``(int, float, int, int, int, torch.device)``.
+
+    Raises:
+        ValueError: ``goal_dim < 1``, ``rho`` not ``>= 0`` (NaN included), ``capacity < 1``,
+            ``sigma_every < 1`` or ``num_actions < 0`` (checked in this order).
+    """
+    if goal_dim < 1:
+        raise ValueError("goal_dim must be >= 1")
+    if not rho >= 0:
+        raise ValueError("rho must be >= 0")
+    if capacity < 1:
+        raise ValueError("capacity must be >= 1")
+    if sigma_every < 1:
+        raise ValueError("sigma_every must be >= 1")
+    if num_actions < 0:
+        raise ValueError("num_actions must be >= 0")
+    return (int(goal_dim), float(rho), int(capacity), int(num_actions), int(sigma_every),
+            torch.device(device))
+
+
+def np_index(t) -> np.ndarray:
+    """``t`` (tensor on any device, array or sequence) as a flat contiguous int64 numpy array."""
+    if torch.is_tensor(t):
+        t = t.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        t = t.numpy()
+    return np.ascontiguousarray(np.asarray(t).reshape(-1), np.int64)
+
+
+def np_float(t) -> np.ndarray:
+    """``t`` (tensor on any device, array or sequence) as a new float64 numpy array (same shape;
+    half-precision tensors go through float32)."""
+    if torch.is_tensor(t):
+        t = t.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        if t.dtype in (torch.bfloat16, torch.float16):
+            t = t.float()
+        return t.numpy().astype(np.float64)
+    return np.array(t, np.float64)
+
+
+def batch_arrays(index, x, action, goal_dim: int, capacity: int, num_actions: int):
+    """Checked numpy arrays of one batch ``insert(index, x, action)``.
+
+    Args:
+        index: storage positions [B] (tensor, array or sequence).
+        x: goal features, B * ``goal_dim`` values (reshaped to [B, goal_dim]).
+        action: goal actions [B] when ``num_actions > 0``, else ``None``.
+        goal_dim, capacity, num_actions: of the pseudocount.
+
+    Returns:
+        ``(idx, xs, a)``: int64 [B], contiguous float64 [B, goal_dim] and int64 [B] (``None``
+        when ``num_actions == 0``); ``(idx, None, None)`` for an empty batch (nothing else is
+        read or checked then).
+
+    Raises:
+        IndexError: an index outside ``[0, capacity)``.
+        ValueError: ``x`` not of B * ``goal_dim`` values, non-finite features, or actions
+            missing, given when ``num_actions == 0``, of another length or out of range.
+    """
+    idx = np_index(index)
+    B = len(idx)
+    if B == 0:
+        return idx, None, None
+    xs = np.ascontiguousarray(np_float(x).reshape(B, goal_dim))
+    if idx.min() < 0 or idx.max() >= capacity:
+        raise IndexError("index out of range [0, capacity)")
+    if not np.isfinite(xs).all():
+        raise ValueError("goal features must be finite")
+    if num_actions > 0:
+        if action is None:
+            raise ValueError("action is required when num_actions > 0")
+        a = np_index(action)
+        if len(a) != B:
+            raise ValueError("action must have one entry per sample")
+        if a.min() < 0 or a.max() >= num_actions:
+            raise ValueError("action out of range [0, num_actions)")
+    else:
+        if action is not None:
+            raise ValueError("action given but num_actions == 0")
+        a = None
+    return idx, xs, a
+
+
+def runs_without_repeats(idx: np.ndarray) -> list[tuple[int, int]]:
+    """Split positions ``idx`` [B] into consecutive runs of distinct positions.
+
+    A run ends just before the first position it already holds (sample-by-sample semantics: the
+    later sample evicts the earlier one), so inserting the runs in order as batches is the call.
+
+    Returns:
+        ``[(start, stop), ...]`` covering ``range(B)`` in order; ``[(0, B)]`` without repeats.
+    """
+    il = idx.tolist()
+    if len(set(il)) == len(il):
+        return [(0, len(il))]
+    runs, start, seen = [], 0, set()
+    for i, v in enumerate(il):
+        if v in seen:
+            runs.append((start, i))
+            start, seen = i, set()
+        seen.add(v)
+    runs.append((start, len(il)))
+    return runs
+
+
+def sigma_due(seen: int, B: int, sigma_every: int) -> bool:
+    """Whether a batch of ``B`` samples numbered ``seen, ..., seen + B - 1`` (over all inserts
+    ever made) covers a multiple of ``sigma_every``: then ``sigma`` is recomputed (the first batch
+    always recomputes)."""
+    return (seen + B - 1) // sigma_every > (seen - 1) // sigma_every
+
+
+def st_tensor(cache: dict, st: np.ndarray, dtype: torch.dtype, device) -> torch.Tensor:
+    """The scale ``st`` as a tensor of ``dtype`` on ``device``, made once per (dtype, device) and
+    kept in ``cache`` (the owner empties ``cache`` whenever ``st`` changes)."""
+    key = (dtype, str(device))
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = torch.as_tensor(st.copy(), dtype=dtype, device=device)
+    return hit

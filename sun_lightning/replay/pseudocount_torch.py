@@ -29,7 +29,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from sun_lightning.replay.pseudocount_scale import RunningMoments
+from sun_lightning.replay.pseudocount_scale import (RunningMoments, batch_arrays, check_config,
+                                                    np_index, runs_without_repeats, sigma_due,
+                                                    st_tensor)
 
 __all__ = ["TorchRadiusPseudocount"]
 
@@ -53,22 +55,9 @@ class TorchRadiusPseudocount:
 
     def __init__(self, goal_dim: int, rho: float, capacity: int, num_actions: int = 0,
                  sigma_every: int = 1000, device: str | torch.device = "cpu"):
-        if goal_dim < 1:
-            raise ValueError("goal_dim must be >= 1")
-        if not rho >= 0:
-            raise ValueError("rho must be >= 0")
-        if capacity < 1:
-            raise ValueError("capacity must be >= 1")
-        if sigma_every < 1:
-            raise ValueError("sigma_every must be >= 1")
-        if num_actions < 0:
-            raise ValueError("num_actions must be >= 0")
-        self.goal_dim = M = int(goal_dim)
-        self.rho = float(rho)
-        self.capacity = cap = int(capacity)
-        self.num_actions = int(num_actions)
-        self.sigma_every = int(sigma_every)
-        self.device = dev = torch.device(device)
+        (self.goal_dim, self.rho, self.capacity, self.num_actions, self.sigma_every,
+         self.device) = check_config(goal_dim, rho, capacity, num_actions, sigma_every, device)
+        M, cap, dev = self.goal_dim, self.capacity, self.device
         self._x = torch.full((cap, M), float("nan"), dtype=torch.float64, device=dev)
         self._a = torch.full((cap,), -1, dtype=torch.int32, device=dev)  # -1: empty position
         self._cnt = torch.zeros(cap, dtype=torch.int64, device=dev)
@@ -95,7 +84,7 @@ class TorchRadiusPseudocount:
         if torch.is_tensor(index):
             shape, idx = index.shape, index.detach().reshape(-1).to(self.device, torch.int64)
         else:
-            idx = torch.from_numpy(_np_index(index)).to(self.device)
+            idx = torch.from_numpy(np_index(index)).to(self.device)
             shape = idx.shape
         if self.device.type != "cpu" and idx.numel():  # CPU indexing raises by itself
             lo, hi = torch.aminmax(idx)
@@ -116,35 +105,14 @@ class TorchRadiusPseudocount:
     def insert(self, index: torch.Tensor, x: torch.Tensor,
                action: torch.Tensor | None = None) -> None:
         """Write samples ``x`` [B, M] (actions [B]) at storage positions ``index`` [B]."""
-        idx = _np_index(index)
-        B = len(idx)
-        if B == 0:
+        idx, xs, a = batch_arrays(index, x, action, self.goal_dim, self.capacity,
+                                  self.num_actions)
+        if xs is None:  # empty batch
             return
-        xs = np.ascontiguousarray(_np_float(x).reshape(B, self.goal_dim))
-        if idx.min() < 0 or idx.max() >= self.capacity:
-            raise IndexError("index out of range [0, capacity)")
-        if not np.isfinite(xs).all():
-            raise ValueError("goal features must be finite")
-        if self.num_actions > 0:
-            if action is None:
-                raise ValueError("action is required when num_actions > 0")
-            a = _np_index(action)
-            if len(a) != B:
-                raise ValueError("action must have one entry per sample")
-            if a.min() < 0 or a.max() >= self.num_actions:
-                raise ValueError("action out of range [0, num_actions)")
-        else:
-            if action is not None:
-                raise ValueError("action given but num_actions == 0")
-            a = np.zeros(B, np.int64)
-        il = idx.tolist()
-        start, seen = 0, set()
-        for i, v in enumerate(il):  # a repeated position splits the call (sample-by-sample)
-            if v in seen:
-                self._insert(idx[start:i], xs[start:i], a[start:i])
-                start, seen = i, set()
-            seen.add(v)
-        self._insert(idx[start:], xs[start:], a[start:])
+        if a is None:  # num_actions == 0: every entry carries action 0
+            a = np.zeros(len(idx), np.int64)
+        for s, e in runs_without_repeats(idx):  # a repeated position splits the call
+            self._insert(idx[s:e], xs[s:e], a[s:e])
 
     # ------------------------------------------------------------------ insert
     def _insert(self, idx: np.ndarray, xs: np.ndarray, a: np.ndarray) -> None:
@@ -160,12 +128,10 @@ class TorchRadiusPseudocount:
             self._a[ev_t] = -1
             self._cnt[ev_t] = 0
             mom.add_rows(xe.cpu().numpy(), -1.0)
-        mom.set_shift(xs[0])
-        mom.add_rows(xs, 1.0)
+        mom.add_batch(xs)
         self._n += B - ne
         self._seen = T + B
-        K = self.sigma_every
-        if (T + B - 1) // K > (T - 1) // K:
+        if sigma_due(T, B, self.sigma_every):
             self._recompute_sigma(xs)
         xb = torch.from_numpy(xs).to(dev)
         ab = torch.from_numpy(a).to(dev, torch.int32) if self.num_actions else None
@@ -229,11 +195,7 @@ class TorchRadiusPseudocount:
             self._cache = {}
 
     def _st_tensor(self, dtype, device) -> torch.Tensor:
-        key = (dtype, str(device))
-        hit = self._cache.get(key)
-        if hit is None:
-            hit = self._cache[key] = torch.as_tensor(self._st.copy(), dtype=dtype, device=device)
-        return hit
+        return st_tensor(self._cache, self._st, dtype, device)
 
     # ------------------------------------------------------------------ pickling
     def __getstate__(self) -> dict:
@@ -243,17 +205,3 @@ class TorchRadiusPseudocount:
         self.__dict__.update(state)
         self._cache = {}
 
-
-def _np_index(t) -> np.ndarray:
-    if torch.is_tensor(t):
-        t = t.detach().cpu().numpy()
-    return np.ascontiguousarray(np.asarray(t).reshape(-1), np.int64)
-
-
-def _np_float(t) -> np.ndarray:
-    if torch.is_tensor(t):
-        t = t.detach().cpu()
-        if t.dtype in (torch.bfloat16, torch.float16):
-            t = t.float()
-        return t.numpy().astype(np.float64)
-    return np.array(t, np.float64)
