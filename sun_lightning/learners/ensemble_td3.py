@@ -66,25 +66,12 @@ class EnsembleTD3SVF(TD3SVF):
         params = {name: p[e] for name, p in net.named_parameters()}
         return functional_call(net, params, (obs, action, goal))
 
-    def members(self, net: nn.Module, obs: torch.Tensor, action: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
-        """Every member of ``net`` on the same inputs, ``[E, ...]``: one vmapped forward."""
-        params = dict(net.named_parameters())
-
+    def critic_values(self, obs: torch.Tensor, action: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
+        """Every member's Q(s, a, g) on the same inputs, ``[E, ...]``: one vmapped forward."""
         def one(p: dict) -> torch.Tensor:
-            return functional_call(net, p, (obs, action, goal))
+            return functional_call(self.critic, p, (obs, action, goal))
 
-        return torch.vmap(one)(params)
-
-    # ---- what data collection reads --------------------------------------------------
-    @torch.no_grad()
-    def goal_values(
-        self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None = None,
-        goal_keys: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, None]:
-        """V_e(s, g) = Q_e(s, π(s, g), g) of every member for K candidates per state, ``[E, B, K]``."""
-        self.check_goal(goal)
-        obs = obs.unsqueeze(1).expand(*goal.shape[:2], obs.shape[-1])
-        return self.members(self.critic, obs, self.actor(obs, goal), goal), None
+        return torch.vmap(one)(dict(self.critic.named_parameters()))
 
     # ---- learning ---------------------------------------------------------------------
     def critic_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,7 +91,5 @@ class EnsembleTD3SVF(TD3SVF):
 
     def actor_loss(self, batch: TensorDictBase) -> torch.Tensor:
         """−(1/E) Σ_e Q_e(s, π(s, g), g) over member 0's rows."""
-        rows = batch[0]
-        obs, goal = rows[keys.OBS], rows[keys.GOAL]
-        return -self.members(self.critic, obs, self.actor(obs, goal), goal).mean()
+        return super().actor_loss(batch[0])
 

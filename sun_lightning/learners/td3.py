@@ -128,10 +128,14 @@ class TD3SVF(Learner):
         self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None = None,
         goal_keys: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, None]:
-        """V(s, g) = Q(s, π(s, g), g) of K candidates per state ``[B, K]`` (SPEC §3, §5b)."""
+        """V(s, g) = Q(s, π(s, g), g) of K candidates per state ``[B, K]`` (``[E, B, K]`` for ensembles; SPEC §3, §5b)."""
         self.check_goal(goal)
         obs = obs.unsqueeze(1).expand(*goal.shape[:2], obs.shape[-1])
-        return self.critic(obs, self.actor(obs, goal), goal), None
+        return self.critic_values(obs, self.actor(obs, goal), goal), None
+
+    def critic_values(self, obs: torch.Tensor, action: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
+        """Q(s, a, g) of the online critic (every member's, ``[E, ...]``, for ensembles)."""
+        return self.critic(obs, action, goal)
 
     # ---- learning ---------------------------------------------------------------------
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
@@ -165,9 +169,9 @@ class TD3SVF(Learner):
         return loss, torch.stack([loss.detach(), q.detach().mean(), target.mean(), steps])
 
     def actor_loss(self, batch: TensorDictBase) -> torch.Tensor:
-        """−Q(s, π(s, g), g) averaged over the batch's rows."""
+        """−Q(s, π(s, g), g) averaged over the batch's rows (and the critics of an ensemble)."""
         obs, goal = batch[keys.OBS], batch[keys.GOAL]
-        return -self.critic(obs, self.actor(obs, goal), goal).mean()
+        return -self.critic_values(obs, self.actor(obs, goal), goal).mean()
 
     @torch.no_grad()
     def td_targets(self, batch: TensorDictBase, critic_target_fn=None) -> tuple[torch.Tensor, torch.Tensor]:
