@@ -61,7 +61,7 @@ class DQNSVF(Learner):
         negatives: pair every relabelling with a random goal from D.
         backend: how the loss is computed on CPU: ``torch`` (the reference), ``native`` (the loss and its
             gradient in one C call, :mod:`sun_lightning.native.q_loss`; needs a C compiler) or ``auto``
-            (native on CPU where it builds, else torch with a one-line warning). Other devices, and the
+            (native on CPU where it builds, else torch with a warning). Other devices, and the
             ensembles, always run torch.
     """
 
