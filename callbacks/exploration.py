@@ -59,9 +59,21 @@ class ExplorationLogger(pl.Callback):
         if self.verbose:
             shown = ("explore/visits/coverage", "explore/visits/entropy", "explore/goals/success", "train/loss/td")
             text = "  ".join(f"{name.rsplit('/', 1)[-1]}={metrics[name]:.4f}" for name in shown if name in metrics)
-            print(f"[frames {frames}] {text}  fps={metrics['perf/speed/frames_per_second']:.0f}", flush=True)
+            line = f"[frames {frames}] {text}  fps={metrics['perf/speed/frames_per_second']:.0f}"
+            bar = self._trainer.progress_bar_callback
+            if bar is not None:  # above the bar, not through it
+                bar.print(line)
+            else:
+                print(line, flush=True)
         self.final = metrics
         return metrics
+
+    def state_dict(self) -> dict:
+        # The logging schedule, so that a resumed run logs at the frames the uninterrupted one does.
+        return {"next": self._next, "last_frames": self._last_frames}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._next, self._last_frames = state_dict["next"], state_dict["last_frames"]
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         frames = self._datamodule.frames

@@ -1,4 +1,22 @@
+"""``python -m sun_lightning``: the LightningCLI, with one-line reports of user errors (exit code 2)."""
+
+import sys
+
 from sun_lightning.cli import main
+from sun_lightning.errors import ConfigError, NonFiniteLossError, UsageError, report
+
+
+def entry(argv: list[str] | None = None) -> int:
+    """Run the CLI; a config or command-line error prints one line and returns 2, anything else raises."""
+    try:
+        main(argv)
+    except (UsageError, ConfigError) as error:
+        return report(error)
+    except NonFiniteLossError as error:
+        print(f"error: {error.describe()}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
 
 if __name__ == "__main__":
-    main()
+    sys.exit(entry())

@@ -3,76 +3,182 @@
 Configuration is the constructors' signatures: ``model`` is an
 :class:`~sun_lightning.learners.base.Learner` subclass (the DQN variant for
 discrete actions), ``data`` the :class:`~sun_lightning.data.ExplorationDataModule`
-(environment, selection rule, replay) and ``metrics`` the
-:class:`~callbacks.exploration.ExplorationLogger`. Runs are tracked with an
-embedded MLflow store under ``mlruns/`` by default.
+(environment, selection rule, replay), ``metrics`` the
+:class:`~callbacks.exploration.ExplorationLogger` and ``results`` the
+:class:`~callbacks.results.ResultsLogger` (heatmaps and curves). Runs are tracked with an
+embedded MLflow store under ``mlruns/`` by default, named and tagged by
+:mod:`sun_lightning.tracking`.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+from pathlib import Path
 
 from jsonargparse import Namespace
-from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import MLFlowLogger
 
+from callbacks.checkpoint import LAST, FrameCheckpoint, mlflow_run_of
 from callbacks.exploration import ExplorationLogger
+from callbacks.progress import FrameProgressBar
+from callbacks.results import ResultsLogger
 from sun_lightning.data import ExplorationDataModule
+from sun_lightning.envs import env_ids
+from sun_lightning.errors import ConfigError, UsageError
 from sun_lightning.learners.base import Learner
-from sun_lightning.runtime import tune_allocator
-from sun_lightning.tracking import MLFLOW_DIR, MLFLOW_URI, prepare_store
+from sun_lightning.runtime import quiet_third_party, tune_allocator
+from sun_lightning.tracking import (MLFLOW_DIR, MLFLOW_URI, config_params, method_of, prepare_store, run_name,
+                                    run_tags)
+
+
+#: The argument the CLI links from the DataModule (the goal space): derived, never a setting of its own.
+LINKED_GOAL_SPACE = "model.init_args.goal_space"
+#: The run's identity (name and tags): set per run by :class:`SUNCLI`, kept out of params and ``config.yaml``
+#: so that a config reused for another seed does not carry the old run's name.
+_RUN_IDENTITY = ("trainer.logger.init_args.run_name", "trainer.logger.init_args.tags",
+                 "trainer.logger.init_args.run_id", "ckpt_path")
 
 
 class MLflowSaveConfig(SaveConfigCallback):
-    """Logs the resolved config as an MLflow artifact (``config.yaml``) and as flat params.
+    """Logs the run's config to MLflow: the artifact ``config.yaml`` (the resolved config), the config
+    as params (each hyperparameter once, under its config path: :func:`~sun_lightning.tracking.config_params`),
+    and at the end the artifact ``checkpoint_path.txt`` (the final checkpoint's absolute path).
 
     Lightning's default callback writes into the logger's ``save_dir``, which
     an MLflow logger on a sqlite store does not have.
     """
 
     def save_config(self, trainer, pl_module, stage: str) -> None:
-        text = self.parser.dump(self.config, skip_none=False)
-        params = _flatten(self.config.as_dict())
+        config = self.config.clone()
+        for key in _RUN_IDENTITY:
+            if config.get(key) is not None:
+                config[key] = None
+        text = self.parser.dump(config, skip_none=False)
+        params = config_params(config.as_dict(), skip={LINKED_GOAL_SPACE, *_RUN_IDENTITY})
         for logger in trainer.loggers:
             if isinstance(logger, MLFlowLogger):
-                logger.experiment.log_text(logger.run_id, text, "config.yaml")
+                logged = logger.experiment.get_run(logger.run_id).data.params
+                if logged:
+                    # A resumed run (MLflow params are write-once): the launch's config goes next to the
+                    # first one, and only settings the run did not have yet become params.
+                    logger.experiment.log_text(logger.run_id, text, f"config-resumed-{trainer.datamodule.frames}.yaml")
+                    params = {key: value for key, value in params.items() if key not in logged}
+                else:
+                    logger.experiment.log_text(logger.run_id, text, "config.yaml")
             logger.log_hyperparams(params)
 
+    def on_fit_end(self, trainer, pl_module) -> None:
+        checkpoint = trainer.checkpoint_callback
+        path = getattr(checkpoint, "last_model_path", "") or getattr(checkpoint, "best_model_path", "")
+        if not path or not trainer.is_global_zero:
+            return
+        for logger in trainer.loggers:
+            if isinstance(logger, MLFlowLogger):
+                logger.experiment.log_text(logger.run_id, str(Path(path).resolve()) + "\n", "checkpoint_path.txt")
 
-def _flatten(tree: dict, prefix: str = "") -> dict[str, str]:
-    flat: dict[str, str] = {}
-    for name, value in tree.items():
-        key = f"{prefix}{name}"
-        if isinstance(value, dict):
-            flat.update(_flatten(value, key + "."))
-        elif name not in ("config",):
-            flat[key] = str(value)
-    return flat
+
+PROG = "python -m sun_lightning"
+#: The learners a config can name (``model.class_path``), listed by ``--help``.
+LEARNERS = ("sun_lightning.learners.dqn.DQNSVF", "sun_lightning.learners.ensemble_dqn.EnsembleDQNSVF",
+            "sun_lightning.learners.td3.TD3SVF", "sun_lightning.learners.ensemble_td3.EnsembleTD3SVF")
+
+
+def catalogue() -> str:
+    """``--help``'s epilog: every learner and environment a config can name."""
+    return ("learners (model.class_path): " + ", ".join(LEARNERS) + "\n"
+            "environments (data.env_id): " + ", ".join(env_ids()))
+
+
+class SUNArgumentParser(LightningArgumentParser):
+    """Raises :class:`~sun_lightning.errors.UsageError` where jsonargparse would print its usage and exit:
+    ``python -m sun_lightning`` reports it in one line (:func:`~sun_lightning.errors.report`)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("epilog", catalogue())
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str, ex: Exception | None = None):
+        if not self.exit_on_error:  # jsonargparse trying an alternative; it handles the ArgumentError itself
+            return super().error(message, ex)
+        parser = getattr(ex, "subcommand_parser", None) or self
+        raise UsageError(message, [option for action in parser._actions for option in action.option_strings])
 
 
 class SUNCLI(LightningCLI):
-    """LightningCLI with the goal-space link, the metrics callback and MLflow defaults."""
+    """LightningCLI with the goal-space link, the metrics and results callbacks and MLflow defaults."""
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_lightning_class_args(ExplorationLogger, "metrics")
+        parser.add_lightning_class_args(FrameProgressBar, "progress")
+        parser.add_lightning_class_args(FrameCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(ResultsLogger, "results")
         # The learner gets dimensions and action set from the environment's
         # registration through the DataModule, never the environment itself.
-        parser.link_arguments("data", "model.init_args.goal_space", compute_fn=lambda dm: dm.goal_space, apply_on="instantiate")
+        parser.link_arguments("data", LINKED_GOAL_SPACE, compute_fn=lambda dm: dm.goal_space, apply_on="instantiate")
+
+    def after_fit(self) -> None:
+        """The end-of-run summary: final metrics, where the run, its checkpoint and its results are, and how to look."""
+        if not self.trainer.is_global_zero:
+            return
+        if any(getattr(cb, "interrupted", False) for cb in self.trainer.callbacks):
+            for logger in self.trainer.loggers:
+                if isinstance(logger, MLFlowLogger):  # stopped by the user, not finished (MLflow's own status)
+                    logger.experiment.set_terminated(logger.run_id, "KILLED")
+        print(run_summary(self.trainer), flush=True)
+
+    def _instantiate_trainer(self, config: dict, callbacks: list):
+        # The frame bar and checkpoints are always configured (``progress``, ``checkpoint``); Lightning refuses
+        # a bar it is told not to show, and ``enable_checkpointing false`` means none of ours either.
+        drop = tuple(cls for cls, key in ((FrameProgressBar, "enable_progress_bar"), (FrameCheckpoint, "enable_checkpointing"))
+                     if config.get(key) is False)
+        return super()._instantiate_trainer(config, [cb for cb in callbacks if not isinstance(cb, drop)])
+
+    def instantiate_classes(self) -> None:
+        # A constructor's ValueError is a config value that cannot be used: one line, exit 2 (issue 20).
+        try:
+            super().instantiate_classes()
+        except ConfigError:
+            raise
+        except ValueError as error:
+            raise ConfigError(_innermost_message(error)) from error
 
     def before_instantiate_classes(self) -> None:
         MLFLOW_DIR.mkdir(exist_ok=True)
         config = self.config.get(self.subcommand) if self.subcommand else self.config
-        logger = config.get("trainer", {}).get("logger") if config is not None else None
+        if config is None:
+            return
+        # The run's name, <env>-<method>-seed<k> (issue 19), also names its checkpoint folder, so that a later
+        # ``--ckpt_path last`` finds it (Lightning resolves ``last`` before any callback's setup).
+        # (LightningCLI has resolved ``seed_everything: true`` to the drawn seed by now.)
+        env_id, seed = config.data.env_id, config.data.get("seed")
+        seed = config.get("seed_everything") if seed is None else seed
+        selector = config.data.get("selector")
+        selector = str(selector.get("class_path", "")) if isinstance(selector, Namespace) else "SUNAdaptive"
+        method = method_of(selector)
+        name = run_name(env_id, method, seed)
+        if config.get("checkpoint") is not None and config.checkpoint.get("dirpath") is None:
+            config.checkpoint.dirpath = str(Path(config.trainer.get("default_root_dir") or ".") / name)
+        logger = config.get("trainer", {}).get("logger")
         if isinstance(logger, Namespace) and str(logger.get("class_path", "")).endswith("MLFlowLogger"):
             args = logger.get("init_args") or Namespace()
             prepare_store(args.get("tracking_uri") or MLFLOW_URI, args.get("experiment_name") or "lightning_logs",
                           args.get("artifact_location"))
+            args.run_name = args.get("run_name") or name
+            resumed = _resumed_run(config)
+            if resumed and not args.get("run_id"):
+                args.run_id = resumed  # a resumed run continues its MLflow run
+            args.tags = {**(args.get("tags") or {}), **run_tags(env_id, method, seed)}
+            logger.init_args = args
 
 
 def main(args: list[str] | None = None, run: bool = True) -> SUNCLI:
     """Entry point of ``python -m sun_lightning``."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     tune_allocator()
+    quiet_third_party()
     return SUNCLI(
         model_class=Learner,
         datamodule_class=ExplorationDataModule,
@@ -81,16 +187,80 @@ def main(args: list[str] | None = None, run: bool = True) -> SUNCLI:
         save_config_kwargs={"save_to_log_dir": False, "overwrite": True},
         seed_everything_default=0,
         trainer_defaults={
-            "max_epochs": 1,
+            # The DataModule ends the run at data.total_frames (one epoch, or one more after resuming a finished run).
+            "max_epochs": -1,
             "num_sanity_val_steps": 0,
-            # Progress is printed by the metrics callback in env frames.
-            "enable_progress_bar": False,
+            # A bar counting env frames (``progress``), dropped when this is false.
+            "enable_progress_bar": True,
             "default_root_dir": "checkpoints",
+            # The config is logged as params once, under its config paths (MLflowSaveConfig); Lightning's
+            # own hparams logging would add the learner's arguments a second time under bare names.
+            "enable_autolog_hparams": False,
+            "enable_model_summary": False,
             "logger": {
                 "class_path": "lightning.pytorch.loggers.MLFlowLogger",
                 "init_args": {"experiment_name": "sun_lightning", "tracking_uri": MLFLOW_URI},
             },
         },
+        parser_kwargs={"prog": PROG},
+        parser_class=SUNArgumentParser,
         args=args,
         run=run,
     )
+
+
+#: The metrics the summary shows, in order (all of them are in MLflow).
+SUMMARY_METRICS = ("explore/visits/coverage", "explore/visits/entropy", "explore/visits/knn_entropy",
+                   "explore/goals/success", "train/loss/td")
+
+
+def run_summary(trainer) -> str:
+    """A few lines for the end of a run: metrics, MLflow run, checkpoint, and the ``mlflow ui`` command."""
+    dm = trainer.datamodule
+    final = next((cb.final for cb in trainer.callbacks if isinstance(cb, ExplorationLogger)), {})
+    shown = "  ".join(f"{name.rsplit('/', 1)[-1]}={final[name]:.4f}" for name in SUMMARY_METRICS if name in final)
+    interrupted = any(getattr(cb, "interrupted", False) for cb in trainer.callbacks)
+    lines = [f"{'stopped (Ctrl-C)' if interrupted else 'done'}: {dm.frames} env frames of {dm.env_id}  {shown}"]
+    for logger in trainer.loggers:
+        if isinstance(logger, MLFlowLogger):
+            run = logger.experiment.get_run(logger.run_id)
+            experiment = logger.experiment.get_experiment(run.info.experiment_id).name
+            lines.append(f"MLflow run: {run.info.run_name} (id {logger.run_id}, experiment {experiment!r})")
+            lines.append(f"results (params, metrics, heatmaps, curves, config): {run.info.artifact_uri}")
+            lines.append(f"browse: mlflow ui --backend-store-uri {_absolute_uri(logger.experiment.tracking_uri)}")
+    checkpoint = trainer.checkpoint_callback
+    if checkpoint is not None and getattr(checkpoint, "last_model_path", ""):
+        lines.append(f"checkpoint: {Path(checkpoint.last_model_path).resolve()}  "
+                     f"(continue or resume: --ckpt_path {checkpoint.last_model_path})")
+    return "\n".join(lines)
+
+
+def _absolute_uri(uri: str) -> str:
+    """``sqlite:///mlruns/mlflow.db`` with an absolute path, so the command works from any folder."""
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return "sqlite:///" + str(Path(uri.removeprefix("sqlite:///")).resolve())
+    return uri
+
+
+def _resumed_run(config: Namespace) -> str | None:
+    """The MLflow run id held by the checkpoint ``fit --ckpt_path`` resumes from, if any (``last``: the run's own)."""
+    path = config.get("ckpt_path")
+    if not path:
+        return None
+    if path == "last":
+        path = Path(config.checkpoint.dirpath) / LAST
+    if not Path(path).is_file():
+        return None  # Lightning reports a missing checkpoint itself
+    return mlflow_run_of(path)
+
+
+def _innermost_message(error: BaseException) -> str:
+    """The message of the first ValueError in ``error``'s chain: the constructor's own, which jsonargparse
+    wraps in "Does not validate against any of the Union subtypes"."""
+    found, seen = error, set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, ValueError):
+            found = error
+        error = error.__cause__ or error.__context__
+    return str(found).strip().splitlines()[0]

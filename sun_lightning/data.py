@@ -15,6 +15,7 @@ batches of each vector step, never a DataLoader re-batching single transitions.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Literal
 
@@ -31,6 +32,7 @@ from torchrl.envs import GymWrapper, TransformedEnv
 import sun_lightning.envs  # noqa: F401  (registers the environments)
 from sun_lightning import keys
 from sun_lightning.envs.registry import GoalSpace, goal_space
+from sun_lightning.errors import ConfigError
 from sun_lightning.goals.base import GoalSelector
 from sun_lightning.goals.sun import SUNAdaptive
 from sun_lightning.goals.transform import GoalSelectionTransform
@@ -38,6 +40,7 @@ from sun_lightning.learners.base import Learner
 from sun_lightning.replay.exact_count import ExactCount
 from sun_lightning.replay.pseudocount import BACKENDS, make_radius_pseudocount
 from sun_lightning.replay.storage import GoalReplayStorage
+from sun_lightning.resume import exploration_state, load_exploration_state, set_rng_state
 
 
 class ExplorationDataModule(pl.LightningDataModule):
@@ -77,23 +80,39 @@ class ExplorationDataModule(pl.LightningDataModule):
         self.goal_space = goal_space(env_id)  # fails fast on an unknown id
         for name, value in (("total_frames", total_frames), ("num_envs", num_envs)):
             if value <= 0:
-                raise ValueError(f"{name} must be positive, got {value}")
+                raise ConfigError(f"data.{name} must be positive, got {value}")
         if warmup_frames < 0:
-            raise ValueError(f"warmup_frames must be >= 0, got {warmup_frames}")
+            raise ConfigError(f"data.warmup_frames must be >= 0, got {warmup_frames}")
         if updates_per_frame < 0:
-            raise ValueError(f"updates_per_frame must be >= 0, got {updates_per_frame}")
+            raise ConfigError(f"data.updates_per_frame must be >= 0, got {updates_per_frame}")
         if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+            raise ConfigError(f"data.backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        if selector.learns and updates_per_frame > 0 and total_frames <= warmup_frames:
+            raise ConfigError(f"data.total_frames ({total_frames}) must exceed data.warmup_frames ({warmup_frames}): "
+                              "learning starts after the warm-up, so this run would learn nothing (raise "
+                              "total_frames or lower warmup_frames)")
         self.env_id, self.total_frames, self.num_envs = env_id, total_frames, num_envs
         self.warmup_frames, self.capacity, self.selector = warmup_frames, capacity, selector
         self.updates_per_frame, self.sigma_every, self.seed = updates_per_frame, sigma_every, seed
         self.backend, self.storage_device = backend, storage_device
         self.frames = 0
+        self.credit = 0.0  # fractional updates owed (updates_per_frame < 1 spreads them over steps)
+        self.pending_rng: dict | None = None  # a checkpoint's RNG states, applied when the stream resumes
+        # Batches yielded but not trained on yet: Lightning's loader prefetches one, so a checkpoint
+        # written after an update already holds the next vector step; its batch is saved with it.
+        self.untrained: deque[list[TensorDict]] = deque()
         self.frame_listeners: list[Callable[[int], None]] = []
+        #: Called with the step's goals (``GOAL_VIEW`` keys, each ``[B]``) on every vector step where an env
+        #: selected or reached a goal, before the frame listeners; see also ``on_goal_selected``.
+        self.goal_listeners: list[Callable[[dict[str, torch.Tensor]], None]] = []
         self.window = CollectionStats()
 
     # ---- construction -----------------------------------------------------------------
     def setup(self, stage: str) -> None:
+        # Lightning callbacks that define ``on_goal_selected(trainer, pl_module, goals)`` hear the goal listeners.
+        hooked = any(hasattr(callback, "on_goal_selected") for callback in getattr(self.trainer, "callbacks", ()))
+        if hooked and self._goals_to_callbacks not in self.goal_listeners:
+            self.goal_listeners.append(self._goals_to_callbacks)
         if getattr(self, "collector", None) is not None:
             return
         learner: Learner = self.trainer.lightning_module
@@ -101,11 +120,11 @@ class ExplorationDataModule(pl.LightningDataModule):
         self.sampler = learner.make_sampler()
         needed = self.sampler.steps_needed * self.num_envs
         if self.warmup_frames < needed:
-            raise ValueError(f"warmup_frames ({self.warmup_frames}) must cover the {needed // self.num_envs} steps "
+            raise ConfigError(f"data.warmup_frames ({self.warmup_frames}) must cover the {needed // self.num_envs} steps "
                              f"of each of {self.num_envs} envs that the learner's first batch needs")
         capacity = self.capacity or self.total_frames + self.num_envs
         if capacity < needed:
-            raise ValueError(f"capacity ({capacity}) must hold the {needed // self.num_envs} steps per env of a batch")
+            raise ConfigError(f"data.capacity ({capacity}) must hold the {needed // self.num_envs} steps per env of a batch")
         capacity += -capacity % self.num_envs
         device = torch.device(self.storage_device) if self.storage_device else learner.device
         self.storage = GoalReplayStorage(space, self.num_envs, capacity, device)
@@ -113,17 +132,22 @@ class ExplorationDataModule(pl.LightningDataModule):
         seed = self.seed if self.seed is not None else torch.initial_seed() % 2**31
         # Under DDP every rank explores with its own envs: distinct streams.
         seed += self.trainer.global_rank
+        self.env_seed = seed
         # Explicit resets: TorchRL resets ended envs itself (partial resets), so it reads no
         # terminal observations out of the info dict on every step as SAME_STEP autoreset needs.
         vec = gymnasium.make_vec(self.env_id, num_envs=self.num_envs, vectorization_mode="vector_entry_point",
                                  autoreset_mode=AutoresetMode.DISABLED)
+        self.vector_env = vec
         base = GymWrapper(vec, categorical_action_encoding=True)
         base.set_seed(seed)
         self.transform = GoalSelectionTransform(self.selector, self.storage, self.pseudocount, learner, self.num_envs)
         self.env = TransformedEnv(base, self.transform)
         self.policy = learner.make_policy(self.selector.uses_goals)
+        # The acting policies read goals and observations only, no episode-start flag: TorchRL's InitTracker
+        # (which it offers to append) would add a key to every step for nothing.
         self.collector = Collector(self.env, self.policy, frames_per_batch=self.num_envs, total_frames=-1,
-                                   track_traj_ids=False)
+                                   track_traj_ids=False, auto_register_policy_transforms=False)
+        self._rollouts = iter(self.collector)
 
     def teardown(self, stage: str) -> None:
         collector = getattr(self, "collector", None)
@@ -132,7 +156,11 @@ class ExplorationDataModule(pl.LightningDataModule):
             self.collector = None
 
     def transfer_batch_to_device(self, batch: list[TensorDict], device: torch.device, dataloader_idx: int) -> list[TensorDict]:
-        """Move the learning batches to the learner's device, unless they are there already (D lives there)."""
+        """Move the learning batches to the learner's device, unless they are there already (D lives there).
+
+        Lightning calls this right before the training step of ``batch``: from here on it is trained."""
+        if self.untrained and self.untrained[0] is batch:
+            self.untrained.popleft()
         if all(td.device == device for td in batch):
             return batch
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
@@ -144,9 +172,16 @@ class ExplorationDataModule(pl.LightningDataModule):
     # ---- the loop -----------------------------------------------------------------------
     def stream(self) -> Iterator[list[TensorDict]]:
         """Step the collector until ``total_frames``, yielding the learning batches of each vector step (one per update)."""
-        credit = 0.0
+        if self.pending_rng is not None:  # resuming from a checkpoint (see sun_lightning.resume)
+            set_rng_state(self.pending_rng)
+            self.pending_rng = None
+        # A resumed run first trains on what its checkpoint had collected (they leave the queue when trained).
+        yield from list(self.untrained)
         learns = self.selector.learns and self.updates_per_frame > 0
-        for rollout in self.collector:  # [B, 1]: one vector step
+        # The run ends at total_frames, whatever Lightning's epoch count (a resumed run may have restored a
+        # finished epoch; then it continues in the next one until the new total_frames).
+        while self.frames < self.total_frames and not (self.trainer is not None and self.trainer.should_stop):
+            rollout = next(self._rollouts)  # [B, 1]: one vector step
             self.record(rollout[..., 0])
             if self.frames >= self.warmup_frames:
                 # One more step of random actions lets the transform draw goals first. (Set only on
@@ -158,19 +193,21 @@ class ExplorationDataModule(pl.LightningDataModule):
                     self.transform.active = True
                 if learns:
                     # One update per frame collected after the warm-up.
-                    credit += min(self.num_envs, self.frames - self.warmup_frames) * self.updates_per_frame
-                    updates = int(credit)
-                    credit -= updates
+                    self.credit += min(self.num_envs, self.frames - self.warmup_frames) * self.updates_per_frame
+                    updates = int(self.credit)
+                    self.credit -= updates
                     if updates:
                         # One item per vector step (a Lightning training step): its updates
                         # share Lightning's per-step overhead and one draw of their batches.
-                        yield self._learning_batches(updates)
-            if self.frames >= self.total_frames:
-                return
+                        batches = self._learning_batches(updates)
+                        self.untrained.append(batches)
+                        yield batches
+        if self.trainer is not None:
+            self.trainer.should_stop = True
 
     def record(self, step: TensorDictBase) -> None:
         """Write one collected vector step ``[B]`` into D, count its entries' pseudocounts (SPEC §4), feed the
-        learner's running statistics and the window's goal statistics, and count its frames."""
+        learner's running statistics, the window's goal statistics and the goal listeners, and count its frames."""
         flat = _flat_step(step)
         index = self.storage.extend(flat)
         action = flat[keys.ACTION] if self.goal_space.discrete else None
@@ -178,9 +215,29 @@ class ExplorationDataModule(pl.LightningDataModule):
                                 None if action is None else action.to(self.storage.device))
         self.learner.observe(flat[keys.OBS])
         self.window.update(flat)
+        if self.goal_listeners and keys.GOAL_SELECTED in flat:
+            # Before the frame listeners, so that what they report at a frame count includes this step's goals.
+            if bool((flat[keys.GOAL_SELECTED] | flat[keys.GOAL_REACHED]).any()):
+                goals = {name: flat[name] for name in GOAL_VIEW}
+                for listener in self.goal_listeners:
+                    listener(goals)
         self.frames += self.num_envs
         for listener in self.frame_listeners:
             listener(self.frames)
+
+    def _goals_to_callbacks(self, goals: dict[str, torch.Tensor]) -> None:
+        for callback in self.trainer.callbacks:
+            hook = getattr(callback, "on_goal_selected", None)
+            if hook is not None:
+                hook(self.trainer, self.trainer.lightning_module, goals)
+
+    def state_dict(self) -> dict:
+        """The exploration state a checkpoint holds (:mod:`sun_lightning.resume`); empty before ``setup``."""
+        return exploration_state(self) if getattr(self, "collector", None) is not None else {}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        if state_dict:
+            load_exploration_state(self, state_dict)
 
     def scale(self) -> torch.Tensor | None:
         """The radius pseudocount's goal standardization σ̃ (``None`` for exact counts)."""
@@ -220,9 +277,15 @@ def _identity(batch: list[TensorDict]) -> list[TensorDict]:
 #: the goal transform's bookkeeping (absent for learners without goals).
 _STEP_KEYS = {keys.OBS: keys.OBS, keys.ACTION: keys.ACTION, keys.NEXT_OBS: keys.NEXT_OBS,
               keys.TERMINATED: (keys.NEXT, keys.TERMINATED), keys.EPISODE_END: (keys.NEXT, keys.DONE)}
-_GOAL_KEYS = {keys.GOAL_SELECTED: keys.GOAL_SELECTED, keys.GOAL_RESELECTED: keys.GOAL_RESELECTED,
+_GOAL_KEYS = {keys.GOAL: keys.GOAL, keys.GOAL_ACTION: keys.GOAL_ACTION,
+              keys.GOAL_SELECTED: keys.GOAL_SELECTED, keys.GOAL_RESELECTED: keys.GOAL_RESELECTED,
               keys.RANDOM_PHASE: keys.RANDOM_PHASE, keys.GOAL_REACHED: (keys.NEXT, keys.GOAL_REACHED),
               keys.GOAL_STEPS: (keys.NEXT, keys.GOAL_STEPS)}
+
+#: What goal listeners get, each ``[B]`` (one row per env): ``goal`` ``[B, goal_dim]`` and ``goal_action`` (the goal
+#: pursued from this step's state), ``goal_selected`` (drawn at this state), ``goal_reselected`` (drawn other than at
+#: an episode start) and ``goal_reached`` (this step reached the row's ``goal``).
+GOAL_VIEW = (keys.GOAL, keys.GOAL_ACTION, keys.GOAL_SELECTED, keys.GOAL_RESELECTED, keys.GOAL_REACHED)
 
 
 def _flat_step(step: TensorDictBase) -> dict[str, torch.Tensor]:

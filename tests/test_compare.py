@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from sun_lightning import compare
 from sun_lightning.cli import main
 from sun_lightning.methods import METHODS, method_args
+from sun_lightning.results.runs import finished_runs
 
 ROOT = Path(compare.__file__).resolve().parents[1]
 
@@ -35,34 +37,67 @@ def test_unknown_method_names_the_known_ones():
         method_args("sun_adaptive")
 
 
-def _log_run(client, experiment_id, name, coverage, entropy, frames, status="FINISHED"):
-    run = client.create_run(experiment_id, run_name=name)
+def _log_run(client, experiment_id, name, coverage, entropy, frames, status="FINISHED", tags=None):
+    run = client.create_run(experiment_id, run_name=name, tags=tags or {})
     for step, fraction in ((frames // 2, 0.5), (frames, 1.0)):
         client.log_metric(run.info.run_id, "explore/visits/coverage", coverage * fraction, step=step)
         client.log_metric(run.info.run_id, "explore/visits/entropy", entropy * fraction, step=step)
     client.set_terminated(run.info.run_id, status)
+    return run.info.run_id
 
 
-def test_report_gives_mean_and_std_over_finished_seeds(tmp_path, monkeypatch):
+def test_finished_runs_are_read_back_with_their_curves(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mlruns").mkdir()
-    client = mlflow.MlflowClient(compare.MLFLOW_URI)
+    client = mlflow.MlflowClient(compare.local_store_uri())
     experiment = client.create_experiment("cmp")
-    _log_run(client, experiment, "sun-seed0", 0.9, 0.8, 1000)
-    _log_run(client, experiment, "sun-seed1", 0.7, 0.6, 1000)
-    _log_run(client, experiment, "sun-seed2", 0.1, 0.1, 500, status="FAILED")  # not counted
-    _log_run(client, experiment, "random-seed0", 0.5, 0.4, 800)
-    done = compare.finished_runs("cmp")
-    assert set(done) == {"sun-seed0", "sun-seed1", "random-seed0"}
-    assert done["random-seed0"]["frames"] == 800
+    _log_run(client, experiment, "ThreeRoom-sun-seed0", 0.9, 0.8, 1000, tags={"method": "sun", "seed": "0"})
+    _log_run(client, experiment, "ThreeRoom-sun-seed1", 0.7, 0.6, 1000)  # identity from the name
+    _log_run(client, experiment, "ThreeRoom-sun-seed2", 0.1, 0.1, 500, status="FAILED")  # not counted
+    _log_run(client, experiment, "ThreeRoom-random-seed0", 0.5, 0.4, 800)
+    _log_run(client, experiment, "ThreeRoom-comparison", 0.5, 0.4, 800, tags={"kind": "comparison"})  # a parent
+    done = finished_runs(client, "cmp")
+    assert set(done) == {"ThreeRoom-sun-seed0", "ThreeRoom-sun-seed1", "ThreeRoom-random-seed0"}
+    assert (done["ThreeRoom-sun-seed1"].method, done["ThreeRoom-sun-seed1"].seed) == ("sun", 1)
+    assert done["ThreeRoom-random-seed0"].frames == 800
+    # AUC over (500, 0.45), (1000, 0.9): the mean height (0.45 + 0.9) / 2
+    assert done["ThreeRoom-sun-seed0"].auc("explore/visits/coverage") == pytest.approx(0.675)
     args = compare.argparse.Namespace(experiment="cmp", methods=["sun", "random", "adagoal"], seeds=[0, 1, 2])
-    table = {line.split()[0]: line.split() for line in compare.report(args).splitlines()[1:]}
-    # sun: two finished seeds, coverage 0.8 ± 0.141 (sample std), entropy 0.7 ± 0.141
-    assert table["sun"][1:8] == ["2", "1000", "0.800", "±", "0.141", "0.700", "±"]
-    assert table["random"][1:5] == ["1", "800", "0.500", "±"]
-    assert table["adagoal"][1:3] == ["0", "0"]
-    # AUC over (500, 0.45), (1000, 0.9) and (500, 0.35), (1000, 0.7): 0.675 and 0.525, mean 0.6 ± 0.106
-    assert table["sun"][9:] == ["—", "—", "0.600", "±", "0.106", "0.525", "±", "0.106"]
+    runs, missing = compare.gather(args, "sun_lightning/ThreeRoom-v0")
+    assert [r.seed for r in runs["sun"]] == [0, 1] and runs["adagoal"] == []
+    assert set(missing) == {"ThreeRoom-sun-seed2", "ThreeRoom-random-seed1", "ThreeRoom-random-seed2",
+                            "ThreeRoom-adagoal-seed0", "ThreeRoom-adagoal-seed1", "ThreeRoom-adagoal-seed2"}
+
+
+def test_a_failing_run_fails_the_comparison_by_name(tmp_path, monkeypatch, capsys):
+    """One run fails (an unknown selection rule), one finishes: the report covers the finished one, nests it
+    under the comparison's parent run, and the runner exits 1 naming the failed run."""
+    monkeypatch.chdir(tmp_path)
+    real = compare.method_args
+    monkeypatch.setattr(compare, "method_args", lambda method, config=None: (
+        ("--data.selector", "sun_lightning.goals.NoSuchRule") if method == "sun" else real(method, config)))
+    with pytest.raises(SystemExit) as exited:
+        compare.main(["--config", str(ROOT / "conf/three_room.yaml"), "--methods", "sun", "random", "--seeds", "0",
+                      "--jobs", "2", "--experiment", "cmp", "--", "--data.total_frames", "640", "--data.warmup_frames",
+                      "600", "--data.num_envs", "2", "--metrics.log_every_frames", "320", "--metrics.verbose", "false"])
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert "1 run(s) failed: ThreeRoom-sun-seed0 (exit " in err and "random" not in err
+    report = (tmp_path / "results/cmp/report.md").read_text()
+    # the first row of a label is the summary table's
+    table = {label: next(line for line in report.splitlines() if line.startswith(f"| {label} |")).split("|")[2:-1]
+             for label in ("SUN adaptive", "Random")}
+    table = {label: [cell.strip() for cell in cells] for label, cells in table.items()}
+    assert table["SUN adaptive"][0] == "0" and set(table["SUN adaptive"][2:]) == {"n/a"}
+    assert table["Random"][:2] == ["1", "640"] and table["Random"][-1] == "n/a"  # goal success of Random
+    assert "±" not in table["Random"][2]  # n = 1: the value alone
+    assert "Runs that failed (not in the tables): ThreeRoom-sun-seed0" in report
+    client = mlflow.MlflowClient(compare.local_store_uri())
+    child = finished_runs(client, "cmp")["ThreeRoom-random-seed0"]
+    parent = client.get_run(client.get_run(child.run_id).data.tags["mlflow.parentRunId"])
+    assert parent.info.run_name == "ThreeRoom-comparison" and parent.data.tags["kind"] == "comparison"
+    assert {a.path for a in client.list_artifacts(parent.info.run_id)} == {
+        "report.md", "summary.csv", "runs.csv", "curves.png", "heatmaps.png"}
 
 
 def test_bad_arguments_fail_fast(tmp_path):
@@ -81,9 +116,9 @@ def test_a_small_comparison_runs_end_to_end_and_resumes(tmp_path):
                "--", "--data.total_frames", "600", "--data.warmup_frames", "400", "--metrics.log_every_frames", "200"]
     first = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "started sun-seed0" in first.stdout and "random-seed0 finished" in first.stdout
-    rows = {line.split()[0]: line.split() for line in first.stdout.splitlines() if line.startswith(("sun ", "random "))}
-    assert rows["sun"][1:3] == ["1", "600"] and rows["random"][1:3] == ["1", "600"]
+    assert "started ThreeRoom-sun-seed0" in first.stdout and "ThreeRoom-random-seed0 finished" in first.stdout
+    summary = {row["method"]: row for row in csv.DictReader(open(tmp_path / "results/e2e/summary.csv"))}
+    assert summary["sun"]["n"] == summary["random"]["n"] == "1" and summary["sun"]["frames"] == "600"
     second = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0 and "started" not in second.stdout  # finished runs are not repeated
 

@@ -8,9 +8,10 @@ import pytest
 
 from sun_lightning.cli import main
 
-# Three configs run by default (a radius-pseudocount env, the k-NN metric, the TD3 variant); the rest
-# take ~10 s each and are marked slow (three_room also runs end to end in test_cli.py).
-FAST = {"mountain_car.yaml", "lunar_lander_full.yaml", "point_maze_s.yaml"}
+# Four configs run by default (a radius-pseudocount env, the k-NN metric, the TD3 variant, and the README's
+# first command, on MuJoCo); the rest take ~10 s each and are marked slow (three_room also runs end to end
+# in test_cli.py).
+FAST = {"mountain_car.yaml", "lunar_lander_full.yaml", "point_maze_s.yaml", "antmaze.yaml"}
 CONFIGS = [
     name if name in FAST else pytest.param(name, marks=pytest.mark.slow)
     for name in sorted(p.name for p in (Path(__file__).resolve().parents[1] / "conf").glob("*.yaml"))

@@ -8,11 +8,14 @@ environment, not in the trainer.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Literal
 
 import gymnasium
 import torch
+
+from sun_lightning.errors import ConfigError
 
 NAMESPACE = "sun_lightning"
 
@@ -118,5 +121,6 @@ def goal_space(env_id: str) -> GoalSpace:
     try:
         return _GOAL_SPACES[env_id]
     except KeyError:
-        known = ", ".join(env_ids())
-        raise ValueError(f"unknown environment id {env_id!r}; registered ids: {known}") from None
+        close = difflib.get_close_matches(env_id, env_ids(), n=1, cutoff=0.5)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise ConfigError(f"data.env_id: unknown environment {env_id!r} ({hint}registered: {', '.join(env_ids())})") from None

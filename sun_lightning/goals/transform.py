@@ -23,6 +23,10 @@ from sun_lightning.replay.storage import GoalReplayStorage
 _FLAGS = (keys.GOAL_SELECTED, keys.GOAL_RESELECTED, keys.GOAL_REACHED, keys.RANDOM_PHASE)
 
 
+#: The per-env tensors of the goal being pursued (checkpointed with the flags).
+_STATE = ("goal", "goal_action", "goal_index", "value_at_selection", "goal_steps", "has_goal")
+
+
 class GoalSelectionTransform(Transform):
     """Selects, keeps and re-selects each env's goal.
 
@@ -71,6 +75,24 @@ class GoalSelectionTransform(Transform):
     @property
     def learner(self):
         return self._refs["learner"]
+
+    # ---- checkpoints ----------------------------------------------------------------------
+    def exploration_state(self) -> dict:
+        """Each env's goal and its selection-time bookkeeping, for an exact resume (issue 20)."""
+        state = {name: getattr(self, name).clone() for name in _STATE}
+        state["flags"] = {name: flag.clone() for name, flag in self.flags.items()}
+        state["action_values"] = None if self.action_values is None else self.action_values.clone()
+        state["active"] = self.active
+        return state
+
+    def load_exploration_state(self, state: dict) -> None:
+        for name in _STATE:
+            getattr(self, name).copy_(state[name])
+        for name, flag in state["flags"].items():
+            self.flags[name] = flag.clone()
+        if self.action_values is not None:
+            self.action_values.copy_(state["action_values"])
+        self.active = state["active"]
 
     # ---- specs --------------------------------------------------------------------------
     def transform_observation_spec(self, observation_spec: Composite) -> Composite:

@@ -15,6 +15,7 @@ ensembles are interchangeable:
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 import lightning.pytorch as pl
@@ -23,6 +24,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
 from sun_lightning.envs.registry import GoalSpace
+from sun_lightning.errors import NonFiniteLossError
 from sun_lightning.replay.storage import GoalReplayStorage
 
 
@@ -137,11 +139,25 @@ class Learner(pl.LightningModule):
         """Means of the training statistics since the last call (``train/...`` names)."""
         return {}
 
+    def check_finite(self, term: str, loss: torch.Tensor) -> None:
+        """Stop with :class:`~sun_lightning.errors.NonFiniteLossError` before a NaN/inf ``loss`` reaches the networks.
+
+        Called before every gradient step (one host read per loss: nothing next to an update's cost on CPU).
+        """
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise NonFiniteLossError(term, value, self.updates)
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["sun_updates"] = self.updates
+        # The logging window's running sums: a resumed run logs the same means at the same frames.
+        checkpoint["sun_train_stats"] = {name: value.state_dict() for name, value in vars(self).items()
+                                         if isinstance(value, TrainStats)}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.updates = checkpoint.get("sun_updates", 0)
+        for name, state in checkpoint.get("sun_train_stats", {}).items():
+            getattr(self, name).load_state_dict(state)
 
 
 class TrainStats:
@@ -159,6 +175,12 @@ class TrainStats:
     def add(self, stats: torch.Tensor) -> None:
         self._sum = stats.detach().clone() if self._sum is None else self._sum.add_(stats.detach())
         self._count += 1
+
+    def state_dict(self) -> dict:
+        return {"sum": None if self._sum is None else self._sum.clone(), "count": self._count}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._sum, self._count = state["sum"], state["count"]
 
     def pop(self) -> dict[str, float]:
         """Means since the last pop (empty if no update ran), then start afresh."""

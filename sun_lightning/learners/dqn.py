@@ -176,6 +176,7 @@ class DQNSVF(Learner):
     def update(self, batch: TensorDictBase) -> None:
         """One learner update: Huber TD(λ) loss, backward, gradient-norm clip, AdamW step, Polyak step."""
         loss, stats = self.loss_and_stats(batch)
+        self.check_finite("train/loss/td", loss)
         opt = self.optimizers()
         opt.zero_grad(set_to_none=True)
         self.manual_backward(loss)

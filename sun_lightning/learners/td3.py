@@ -147,6 +147,7 @@ class TD3SVF(Learner):
         """One TD3 update: the critic's step; every ``policy_delay`` updates the actor's; the targets' Polyak steps."""
         critic_opt, actor_opt = self.optimizers()
         loss, stats = self.critic_loss(batch)
+        self.check_finite("train/loss/td", loss)
         critic_opt.zero_grad(set_to_none=True)
         self.manual_backward(loss)
         critic_opt.step()
@@ -154,6 +155,7 @@ class TD3SVF(Learner):
         self.stats.add(stats)
         if self.updates % self.hparams.policy_delay == 0:
             actor_loss = self.actor_loss(batch)
+            self.check_finite("train/loss/actor", actor_loss)
             actor_opt.zero_grad(set_to_none=True)
             self.manual_backward(actor_loss, inputs=list(self.actor.parameters()))  # the critic is held fixed
             actor_opt.step()

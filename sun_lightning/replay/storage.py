@@ -88,6 +88,28 @@ class GoalReplayStorage:
         self.columns = TensorDict(columns, batch_size=[self.capacity], device=self.device)
         self.torchrl_storage = TensorStorage(self.columns, max_size=self.capacity, device=self.device)
 
+    def state_dict(self) -> dict:
+        """The stored entries (only the written part) and the step counter, for a checkpoint."""
+        held = len(self)
+        return {"steps": self.steps, "capacity": self.capacity,
+                "columns": None if self.columns is None else {name: self.columns.get(name)[:held].clone()
+                                                              for name in STORED_KEYS},
+                "tiles": None if self.tiles is None else self.tiles[:held].clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s entries into an empty storage of the same shape."""
+        self.steps = 0
+        if state["columns"] is not None:
+            held = len(next(iter(state["columns"].values())))
+            if held > self.capacity:
+                raise ValueError(f"the checkpoint holds {held} entries, more than this storage's capacity {self.capacity}")
+            self._allocate({name: column[: self.num_envs] for name, column in state["columns"].items()})
+            for name, column in state["columns"].items():
+                self.columns.get(name)[:held] = column.to(self.device)
+            if self.tiles is not None:
+                self.tiles[:held] = state["tiles"].to(self.device)
+        self.steps = state["steps"]
+
     def get(self, index: torch.Tensor, names: tuple[str, ...] = STORED_KEYS) -> TensorDict:
         """Entries at flat positions ``index`` (any shape), the keys ``names`` only (one row gather per key)."""
         if len(self) == 0:

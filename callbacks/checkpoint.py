@@ -1,0 +1,165 @@
+"""Checkpoints every N env frames, written atomically, named by frames (issue 20).
+
+Lightning's ``ModelCheckpoint`` counts optimizer steps (four per vector step for a TD3 ensemble,
+none during the warm-up) and writes a file in place, so a crash mid-write can leave a corrupt
+``last.ckpt``. This subclass keeps Lightning's machinery (``--ckpt_path last`` finds ``last.ckpt``
+in ``dirpath``) and changes the trigger, the names and the write.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import MLFlowLogger
+
+from sun_lightning.errors import NonFiniteLossError
+from sun_lightning.tracking import method_of, run_name
+
+LAST = "last.ckpt"
+#: The checkpoint key of the MLflow run id the run logs to.
+MLFLOW_RUN_KEY = "sun_mlflow_run_id"
+
+
+def mlflow_run_of(path: str | Path) -> str | None:
+    """The MLflow run id a checkpoint was logging to (memory-mapped: the replay buffer is not read)."""
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=False, mmap=True).get(MLFLOW_RUN_KEY)
+
+
+class FrameCheckpoint(ModelCheckpoint):
+    """Saves ``frames=<N>.ckpt`` and ``last.ckpt`` every ``every_frames`` env frames and at the end.
+
+    A checkpoint holds the networks and optimizers, the learner's counters, and the DataModule's whole
+    exploration state (replay, pseudocounts, goals, envs, RNGs), so ``--ckpt_path last`` continues the
+    run where it stopped. Each file is written to ``<name>.part`` and renamed, so a crash mid-write
+    leaves the previous file intact. A non-finite loss (raised before its gradient step) also gets a
+    checkpoint, of the last good networks.
+
+    Args:
+        dirpath: folder of the checkpoints; ``None`` gives ``<trainer.default_root_dir>/<run name>``
+            (``checkpoints/FourRoomStuck-sun-seed0``), the same on a resumed launch.
+        every_frames: period in env frames. The default loses at most a few minutes of work on this
+            project's configs (ThreeRoom ≈ 1.5 min, a point maze ≈ 4 min on 2 CPU cores).
+        keep: how many ``frames=`` checkpoints to keep besides ``last.ckpt`` (older ones are deleted).
+    """
+
+    def __init__(self, dirpath: str | None = None, every_frames: int = 10_000, keep: int = 2) -> None:
+        if every_frames <= 0:
+            raise ValueError(f"every_frames must be positive, got {every_frames}")
+        if keep < 0:
+            raise ValueError(f"keep must be >= 0, got {keep}")
+        super().__init__(dirpath=dirpath, save_top_k=0, save_last=False, enable_version_counter=False)
+        self.every_frames, self.keep = every_frames, keep
+        self._next = every_frames
+        self._saved: list[str] = []
+        self.interrupted = False  # set by Ctrl-C (SIGINT)
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.interrupted = False
+        self._trainer_ref = trainer
+        if trainer.is_global_zero and threading.current_thread() is threading.main_thread():
+            # Ctrl-C ends the run between two vector steps, with a checkpoint, instead of inside an update.
+            self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
+        if self._on_frames not in trainer.datamodule.frame_listeners:
+            trainer.datamodule.frame_listeners.append(self._on_frames)
+        if self.dirpath is None:
+            dm = trainer.datamodule
+            name = run_name(dm.env_id, method_of(type(dm.selector).__name__), dm.env_seed)
+            self.dirpath = str(Path(trainer.default_root_dir) / name)
+        super().setup(trainer, pl_module, stage)
+
+    def _on_sigint(self, signum, frame) -> None:
+        if self.interrupted:  # a second Ctrl-C: stop now
+            raise KeyboardInterrupt
+        self.interrupted = True
+        print("\ninterrupted: saving a checkpoint and stopping (Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
+
+    def _on_frames(self, frames: int) -> None:
+        # During the warm-up no training step ends; after it, the stop waits for the step's update.
+        trainer = self._trainer_ref
+        if self.interrupted and not trainer.should_stop and frames <= trainer.datamodule.warmup_frames:
+            self.save(trainer)
+            trainer.should_stop = True
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        previous = getattr(self, "_previous_sigint", None)
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+            self._previous_sigint = None
+        if self._on_frames in trainer.datamodule.frame_listeners:
+            trainer.datamodule.frame_listeners.remove(self._on_frames)
+
+    # Lightning's own triggers (steps, epochs, validation) are replaced by the frame counter.
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args, **kwargs) -> None:
+        frames = trainer.datamodule.frames
+        if self.interrupted and not trainer.should_stop:
+            self.save(trainer)
+            trainer.should_stop = True
+        elif frames >= self._next:
+            self._next = (frames // self.every_frames + 1) * self.every_frames
+            self.save(trainer)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        pass
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        pass
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.datamodule.frames != self._last_frames():
+            self.save(trainer)
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        if isinstance(exception, NonFiniteLossError) and trainer.datamodule is not None:
+            exception.frames = trainer.datamodule.frames
+            self.save(trainer)
+            exception.checkpoint = self.last_model_path
+
+    def _last_frames(self) -> int:
+        return int(Path(self._saved[-1]).stem.split("=")[1]) if self._saved else -1
+
+    def save(self, trainer: pl.Trainer) -> str:
+        """Write ``frames=<N>.ckpt`` and ``last.ckpt`` now; returns the frames checkpoint's path."""
+        frames = trainer.datamodule.frames
+        path = os.path.join(self.dirpath, f"frames={frames:09d}.ckpt")
+        self._save_checkpoint(trainer, path)
+        self._save_checkpoint(trainer, os.path.join(self.dirpath, LAST))
+        self.last_model_path = os.path.join(self.dirpath, LAST)
+        if path not in self._saved:
+            self._saved.append(path)
+        while len(self._saved) > self.keep:
+            old = self._saved.pop(0)
+            if trainer.is_global_zero and os.path.exists(old):
+                os.remove(old)
+        return path
+
+    def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+        part = filepath + ".part"
+        trainer.save_checkpoint(part, self.save_weights_only)
+        if trainer.is_global_zero:
+            os.replace(part, filepath)  # atomic on POSIX: readers see the old file or the new one
+        self._last_global_step_saved = trainer.global_step
+        self._last_checkpoint_saved = filepath
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
+        # A resumed launch continues this MLflow run (the CLI reads it back before creating its logger).
+        for logger in trainer.loggers:
+            if isinstance(logger, MLFlowLogger):
+                checkpoint[MLFLOW_RUN_KEY] = logger.run_id
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        state.update(next_frames=self._next, saved=list(self._saved))
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        self._next = state_dict.get("next_frames", self._next)
+        self._saved = list(state_dict.get("saved", []))

@@ -1,0 +1,16 @@
+"""Results a researcher can look at (issue 19): heatmaps, curves and the comparison report (SPEC §7).
+
+One concept per module:
+
+- :mod:`~sun_lightning.results.goal_grid`: where goals land in a picture (gridworld tiles or 2-D bins);
+- :mod:`~sun_lightning.results.value_maps`: V(s₀, g) and the selection score over goals;
+- :mod:`~sun_lightning.results.snapshot`: the numbers of one run's heatmaps at one moment;
+- :mod:`~sun_lightning.results.heatmaps`: drawing snapshots (one run; several methods side by side);
+- :mod:`~sun_lightning.results.curves`: coverage and entropy against env frames, with bands over seeds;
+- :mod:`~sun_lightning.results.relative`: the paper's relative AUC improvement;
+- :mod:`~sun_lightning.results.runs`: finished runs read back from MLflow;
+- :mod:`~sun_lightning.results.report`: the comparison report (Markdown, CSV, PNG).
+
+The Lightning side is :class:`callbacks.results.ResultsLogger`; the comparison runner is
+:mod:`sun_lightning.compare`.
+"""

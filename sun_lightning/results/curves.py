@@ -1,0 +1,89 @@
+"""Exploration curves against env frames (SPEC §7): one run's, and several methods' with a band over seeds.
+
+The paper plots coverage and entropy against training steps with a band over seeds (its Figure
+"Main results"); here the band is mean ± sample standard deviation, the spread the report's tables give.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+#: The curves drawn, and their axis labels. ``knn_entropy`` is logged once, at the end (a marker).
+CURVES = {"explore/visits/coverage": "coverage", "explore/visits/entropy": "entropy",
+          "explore/visits/knn_entropy": "k-NN entropy"}
+
+Curve = tuple[Sequence[float], Sequence[float]]
+
+
+def run_curves_figure(histories: dict[str, Curve], title: str) -> Figure:
+    """One panel per metric of ``histories`` (name → (env frames, values)), in :data:`CURVES` order."""
+    names = [name for name in CURVES if histories.get(name) and len(histories[name][0])]
+    fig = Figure(figsize=(3.6 * max(len(names), 1), 2.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, max(len(names), 1), squeeze=False)[0]
+    for ax, name in zip(axes, names):
+        steps, values = histories[name]
+        ax.plot(steps, values, marker="o" if len(steps) < 3 else None, markersize=4)
+        _label(ax, CURVES[name])
+    fig.suptitle(title, fontsize=9)
+    return fig
+
+
+def seed_band(curves: Sequence[Curve]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Mean and sample std over seeds of curves logged at possibly different frames.
+
+    Every curve is interpolated linearly onto the frames of the first one, within the range all of
+    them span (a seed that stopped earlier shortens the band rather than being extrapolated).
+
+    Returns:
+        ``(frames, mean, std)``; ``std`` is ``None`` for a single curve (no spread to show).
+    """
+    if not curves:
+        raise ValueError("no curves")
+    ordered = []
+    for steps, values in curves:
+        order = np.argsort(steps)
+        ordered.append((np.asarray(steps, dtype=float)[order], np.asarray(values, dtype=float)[order]))
+    lo = max(s[0] for s, _ in ordered)
+    hi = min(s[-1] for s, _ in ordered)
+    frames = ordered[0][0][(ordered[0][0] >= lo) & (ordered[0][0] <= hi)]
+    stacked = np.stack([np.interp(frames, s, v) for s, v in ordered])
+    std = stacked.std(0, ddof=1) if len(ordered) > 1 else None
+    return frames, stacked.mean(0), std
+
+
+def band_figure(by_method: dict[str, dict[str, Sequence[Curve]]], metrics: dict[str, str], title: str) -> Figure:
+    """One panel per metric; per method a line (the mean over seeds) and a ± std band.
+
+    Args:
+        by_method: method label → metric name → the seeds' curves.
+        metrics: metric name → axis label.
+        title: the figure's title.
+    """
+    fig = Figure(figsize=(4.2 * len(metrics), 3.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    for ax, (name, label) in zip(axes, metrics.items()):
+        for method, per_metric in by_method.items():
+            curves = per_metric.get(name) or []
+            if not curves:
+                continue
+            frames, mean, std = seed_band(curves)
+            line, = ax.plot(frames, mean, label=f"{method} (n = {len(curves)})")
+            if std is not None:
+                ax.fill_between(frames, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
+        _label(ax, label)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def _label(ax, name: str) -> None:
+    ax.set_xlabel("env frames", fontsize=8)
+    ax.set_ylabel(name, fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)

@@ -1,0 +1,211 @@
+"""The comparison report of one environment: tables, curves and heatmaps of methods × seeds (SPEC §7).
+
+Written by the comparison runner (:mod:`sun_lightning.compare`) into a results folder and onto the
+comparison's parent MLflow run:
+
+- ``report.md``: final coverage and entropy, their AUCs (and k-NN entropy where logged), goal
+  success, as mean ± sample std over seeds; the relative AUC improvement of each method over
+  AdaGoal, DISCOVER and Random as in the paper's table (:mod:`~sun_lightning.results.relative`);
+- ``summary.csv`` (a row per method) and ``runs.csv`` (a row per run): the same numbers;
+- ``curves.png``: coverage and entropy against env frames, mean ± std band over seeds;
+- ``heatmaps.png``: each method's final heatmaps (its lowest finished seed), one colour scale per column.
+
+With one seed a cell is the value alone (the ``n`` column says 1), never "± 0.000"; a metric that
+does not apply (goal success of Random, a baseline that was not run) reads ``n/a``, never 0.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sun_lightning.results.curves import band_figure
+from sun_lightning.results.goal_grid import GoalGrid
+from sun_lightning.results.heatmaps import comparison_figure, save_png
+from sun_lightning.results.relative import BASELINES, relative_improvement
+from sun_lightning.results.runs import RunRecord
+from sun_lightning.results.snapshot import HeatmapSnapshot
+from sun_lightning.tracking import env_name
+
+COVERAGE, ENTROPY = "explore/visits/coverage", "explore/visits/entropy"
+KNN, SUCCESS = "explore/visits/knn_entropy", "explore/goals/success"
+
+#: The methods' names in tables and legends (keys of ``sun_lightning.methods.METHODS``; the README's names).
+METHOD_LABELS = {"sun": "SUN adaptive", "sun_per_step": "SUN per-step", "sun_episodic": "SUN episodic",
+                 "sun_additive": "SUN additive", "novelty_only": "novelty only",
+                 "reachability_only": "reachability only", "discover": "DISCOVER", "adagoal": "AdaGoal",
+                 "random": "Random"}
+NA = "n/a"
+
+
+def label(method: str) -> str:
+    """A method's name in tables and legends."""
+    return METHOD_LABELS.get(method, method)
+
+
+@dataclass(frozen=True)
+class Stat:
+    """Mean over seeds, sample standard deviation (``None`` for a single seed) and the number of seeds."""
+
+    mean: float
+    std: float | None
+    n: int
+
+    @classmethod
+    def of(cls, values: Sequence[float | None]) -> Stat | None:
+        """The statistic of the values that exist; ``None`` if none does (the metric does not apply)."""
+        kept = np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+        if not kept.size:
+            return None
+        return cls(float(kept.mean()), float(kept.std(ddof=1)) if kept.size > 1 else None, int(kept.size))
+
+    def format(self, digits: int = 3) -> str:
+        return f"{self.mean:.{digits}f}" + ("" if self.std is None else f" ± {self.std:.{digits}f}")
+
+
+def fmt(stat: Stat | None, digits: int = 3) -> str:
+    return NA if stat is None else stat.format(digits)
+
+
+def fmt_percent(value: float | None) -> str:
+    return NA if value is None else f"{value:+.1f} %"
+
+
+# ---- the numbers ----------------------------------------------------------------------------------
+def run_values(record: RunRecord) -> dict[str, float | None]:
+    """One run's reported numbers (column → value; ``None``: does not apply)."""
+    goals = record.goals_selected > 0  # a rule that never drew a goal has no goal statistics
+    return {
+        "coverage": record.final.get(COVERAGE),
+        "entropy": record.final.get(ENTROPY),
+        "coverage AUC": record.auc(COVERAGE),
+        "entropy AUC": record.auc(ENTROPY),
+        "k-NN entropy": record.final.get(KNN),
+        "goal success": record.final.get(SUCCESS) if goals else None,
+    }
+
+
+def summarize(runs: dict[str, list[RunRecord]]) -> dict[str, dict[str, Stat | None]]:
+    """Method → column → statistic over its seeds (``None``: n/a); k-NN entropy where a run logged it."""
+    values = {method: [run_values(record) for record in records] for method, records in runs.items()}
+    columns = ["coverage", "entropy", "coverage AUC", "entropy AUC", "k-NN entropy", "goal success"]
+    if not any(v["k-NN entropy"] is not None for rows in values.values() for v in rows):
+        columns.remove("k-NN entropy")
+    return {method: {column: Stat.of([v[column] for v in rows]) for column in columns}
+            for method, rows in values.items()}
+
+
+def relative_table(summary: dict[str, dict[str, Stat | None]]) -> dict[str, dict[str, float | None]]:
+    """Method → ``"<metric> AUC vs <baseline>"`` → relative improvement in percent (``None``: n/a), over the
+    baselines of :data:`~sun_lightning.results.relative.BASELINES` that were run."""
+    baselines = [b for b in BASELINES if any(stat is not None for stat in summary.get(b, {}).values())]
+    out = {}
+    for method, row in summary.items():
+        cells = {}
+        for metric in ("coverage AUC", "entropy AUC"):
+            for baseline in baselines:
+                own, base = row.get(metric), summary[baseline].get(metric)
+                defined = method != baseline and own is not None and base is not None
+                cells[f"{metric} vs {label(baseline)}"] = relative_improvement(own.mean, base.mean) if defined else None
+        out[method] = cells
+    return out
+
+
+# ---- the files ---------------------------------------------------------------------------------------
+def markdown(env_id: str, runs: dict[str, list[RunRecord]], summary, relative, context: Sequence[str],
+             figures: Sequence[tuple[str, str]], failed: Sequence[str]) -> str:
+    """``report.md``: the summary table, the relative-improvement table, the figures and the failed runs."""
+    columns = list(next(iter(summary.values()), {}))
+    lines = [f"# {env_name(env_id)}: exploration by method", "", *context, "",
+             "| method | n | frames | " + " | ".join(columns) + " |", "|---" * (len(columns) + 3) + "|"]
+    for method, row in summary.items():
+        frames = min((r.frames for r in runs[method]), default=0)
+        lines.append(f"| {label(method)} | {len(runs[method])} | {frames} | "
+                     + " | ".join(fmt(row[c]) for c in columns) + " |")
+    rel_columns = list(next(iter(relative.values()), {}))
+    if not rel_columns:
+        lines += ["", "Relative AUC improvement: n/a (none of the baselines AdaGoal, DISCOVER, Random finished)."]
+    else:
+        lines += ["", "Relative AUC improvement (%) as in the paper's table (its Figure \"Relative AUC improvement of "
+                  "each SUN version\"): 100 · (AUC − AUC of the baseline) / AUC of the baseline, on the means over "
+                  "seeds (`sun_lightning/results/relative.py`).", "",
+                  "| method | " + " | ".join(rel_columns) + " |", "|---" * (len(rel_columns) + 1) + "|"]
+        for method, row in relative.items():
+            lines.append(f"| {label(method)} | " + " | ".join(fmt_percent(row[c]) for c in rel_columns) + " |")
+    for title, path in figures:
+        lines += ["", f"![{title}]({path})"]
+    if failed:
+        lines += ["", "Runs that failed (not in the tables): " + ", ".join(failed)]
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(path: Path, rows: list[dict[str, object]]) -> Path:
+    """Rows of equal keys as CSV (missing values are written ``n/a``, which pandas reads as NaN)."""
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["method"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def _csv_value(value: float | None) -> str:
+    return NA if value is None else f"{value:.6g}"
+
+
+def write_report(out_dir: str | Path, env_id: str, runs: dict[str, list[RunRecord]],
+                 snapshots: dict[str, HeatmapSnapshot], context: Sequence[str] = (),
+                 failed: Sequence[str] = ()) -> list[Path]:
+    """Write ``report.md``, ``summary.csv``, ``runs.csv``, ``curves.png`` and ``heatmaps.png`` into ``out_dir``.
+
+    Args:
+        out_dir: the results folder (created).
+        env_id: the environment compared.
+        runs: method → its finished runs (rows in this order; a method without runs reads n/a).
+        snapshots: method → the final heatmap snapshot shown for it.
+        context: lines of Markdown under the title (where the numbers come from).
+        failed: names of runs that failed.
+
+    Returns:
+        The files written.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = summarize(runs)
+    relative = relative_table(summary)
+    written, figures = [], []
+    curves = {f"{label(m)}": {metric: [r.histories[metric] for r in records if metric in r.histories]
+                              for metric in (COVERAGE, ENTROPY)} for m, records in runs.items() if records}
+    if curves:
+        written.append(save_png(band_figure(curves, {COVERAGE: "coverage", ENTROPY: "entropy"},
+                                            f"{env_name(env_id)}: mean ± std over seeds"), out / "curves.png"))
+        figures.append(("coverage and entropy against env frames", "curves.png"))
+    if snapshots:
+        shown = {f"{label(m)} (seed {min(r.seed for r in runs[m])})": s for m, s in snapshots.items()}
+        written.append(save_png(comparison_figure(GoalGrid.of(env_id), shown,
+                                                  f"{env_name(env_id)}: final heatmaps (last quarter's goals)"),
+                                out / "heatmaps.png"))
+        figures.append(("final heatmaps per method", "heatmaps.png"))
+    report = out / "report.md"
+    report.write_text(markdown(env_id, runs, summary, relative, context, figures, failed))
+    rows = []
+    for method, row in summary.items():
+        record = {"env_id": env_id, "method": method, "n": len(runs[method]),
+                  "frames": min((r.frames for r in runs[method]), default=0)}
+        for column, stat in row.items():
+            key = column.replace(" ", "_").replace("-", "").lower()
+            record[f"{key}_mean"] = _csv_value(None if stat is None else stat.mean)
+            record[f"{key}_std"] = _csv_value(None if stat is None else stat.std)
+        for column, value in relative[method].items():
+            record[column.replace(" ", "_").replace("-", "").lower() + "_pct"] = _csv_value(value)
+        rows.append(record)
+    per_run = [{"env_id": env_id, "method": r.method, "seed": r.seed, "run_name": r.name, "run_id": r.run_id,
+                "frames": r.frames, **{k.replace(" ", "_").replace("-", "").lower(): _csv_value(v)
+                                       for k, v in run_values(r).items()}}
+               for records in runs.values() for r in records]
+    written += [report, write_csv(out / "summary.csv", rows), write_csv(out / "runs.csv", per_run)]
+    return written

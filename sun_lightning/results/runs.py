@@ -1,0 +1,99 @@
+"""Finished ``fit`` runs read back from MLflow: what a comparison report is made of.
+
+A run's final metrics are its last logged values; its curves are the metric histories (step = env
+frames, SPEC §7); its heatmaps are the snapshot the results callback saved last
+(``heatmaps/heatmaps_<pct>.npz``, :mod:`~sun_lightning.results.snapshot`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import mlflow
+
+from sun_lightning.metrics.auc import curve_auc
+from sun_lightning.results.curves import CURVES, Curve
+from sun_lightning.results.snapshot import HeatmapSnapshot
+from sun_lightning.tracking import KIND_TAG
+
+#: Goals drawn in each logging window: a run that never drew one has no goal statistics (Random).
+SELECTED = "explore/goals/selected"
+#: Where the results callback puts its heatmap snapshots in a run's artifacts.
+HEATMAP_DIR = "heatmaps"
+
+
+@dataclass
+class RunRecord:
+    """One finished run: identity, final metrics and curves.
+
+    Attributes:
+        name, run_id: the MLflow run.
+        method, seed: from its tags (or its name ``<env>-<method>-seed<k>``).
+        final: the last logged value of every metric.
+        histories: (env frames, values) of the curve metrics (:data:`~sun_lightning.results.curves.CURVES`).
+        goals_selected: goals drawn over the whole run (0 for a rule without goals).
+    """
+
+    name: str
+    run_id: str
+    method: str
+    seed: int
+    final: dict[str, float] = field(default_factory=dict)
+    histories: dict[str, Curve] = field(default_factory=dict)
+    goals_selected: float = 0.0
+
+    @property
+    def frames(self) -> int:
+        """The last env frame the run logged its curves at."""
+        return int(max((max(steps) for steps, _ in self.histories.values() if len(steps)), default=0))
+
+    def auc(self, metric: str) -> float | None:
+        """Area under ``metric``'s curve against env frames (:func:`~sun_lightning.metrics.auc.curve_auc`)."""
+        steps, values = self.histories.get(metric, ((), ()))
+        return curve_auc(list(steps), list(values)) if len(steps) else None
+
+
+def _identity(run) -> tuple[str, int] | None:
+    tags = run.data.tags
+    if "method" in tags and "seed" in tags and tags["seed"].lstrip("-").isdigit():
+        return tags["method"], int(tags["seed"])
+    name = run.info.run_name or ""
+    head, _, seed = name.rpartition("-seed")
+    if not seed.isdigit() or "-" not in head:
+        return None
+    return head.split("-", 1)[1], int(seed)
+
+
+def finished_runs(client: mlflow.MlflowClient, experiment: str) -> dict[str, RunRecord]:
+    """Run name → :class:`RunRecord` of the experiment's finished ``fit`` runs (the newest of a name wins;
+    comparison parents are left out)."""
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return {}
+    records: dict[str, RunRecord] = {}
+    for run in client.search_runs([found.experiment_id], filter_string="attributes.status = 'FINISHED'",
+                                  order_by=["attributes.start_time DESC"]):
+        name = run.info.run_name
+        identity = _identity(run)
+        if name in records or identity is None or run.data.tags.get(KIND_TAG) == "comparison":
+            continue
+        record = RunRecord(name, run.info.run_id, *identity, final=dict(run.data.metrics))
+        for metric in CURVES:
+            if metric in run.data.metrics:
+                history = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, metric))
+                record.histories[metric] = ([s for s, _ in history], [v for _, v in history])
+        if SELECTED in run.data.metrics:
+            record.goals_selected = sum(m.value for m in client.get_metric_history(run.info.run_id, SELECTED))
+        records[name] = record
+    return records
+
+
+def load_snapshot(client: mlflow.MlflowClient, run_id: str) -> HeatmapSnapshot | None:
+    """The last heatmap snapshot a run saved (the largest percentage), or ``None`` if it saved none."""
+    saved = [a.path for a in client.list_artifacts(run_id, HEATMAP_DIR) if a.path.endswith(".npz")]
+    if not saved:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        return HeatmapSnapshot.load(client.download_artifacts(run_id, max(saved), tmp))

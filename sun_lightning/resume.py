@@ -1,0 +1,116 @@
+"""What a checkpoint holds of exploration, so that ``--ckpt_path last`` continues a run exactly (issue 20).
+
+Lightning saves the learner (networks, targets, optimizers, counters); this module gives the
+DataModule's part: the replay entries and their pseudocounts, each env's goal and selection
+bookkeeping, the environments themselves (:mod:`sun_lightning.envs.state`), the collector's current
+step, the frame counter and the window's statistics, the learning batches drawn but not trained on
+yet (Lightning's loader prefetches one), and every RNG (torch, numpy, Python). A run
+killed after a checkpoint and resumed from it ends with the metrics of the run never interrupted,
+bit for bit where the env can be saved (every env of the package but LunarLander, whose Box2D world
+cannot: its episodes in progress restart on resume).
+"""
+
+from __future__ import annotations
+
+import pickle
+import random
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from sun_lightning import keys
+from sun_lightning.envs.state import env_state, load_env_state
+
+
+def rng_state() -> dict[str, Any]:
+    """The global RNGs' states (torch CPU and CUDA, numpy, Python)."""
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "numpy": pickle.dumps(np.random.get_state()),
+            "python": pickle.dumps(random.getstate())}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    np.random.set_state(pickle.loads(state["numpy"]))
+    random.setstate(pickle.loads(state["python"]))
+
+
+def restore_into(target: object, blob: bytes) -> None:
+    """Replace ``target``'s attributes by those of a pickled object of its class (other objects keep their reference)."""
+    loaded = pickle.loads(blob)
+    if type(loaded) is not type(target):
+        raise ValueError(f"checkpoint holds a {type(loaded).__name__}, this run a {type(target).__name__}")
+    vars(target).clear()
+    vars(target).update(vars(loaded))
+
+
+def recount(datamodule) -> None:
+    """Insert D's entries into the (fresh) pseudocount one vector step at a time, as they were collected.
+
+    Equal to the counts of the run that collected them as long as D never wrapped (the default capacity).
+    """
+    dm = datamodule
+    storage, space, step = dm.storage, dm.goal_space, dm.num_envs
+    if storage.steps * step > storage.capacity:
+        raise ValueError(f"data.capacity ({storage.capacity}) is smaller than the checkpoint's replay buffer "
+                         f"({storage.steps * step} entries): resume with the capacity it was run with")
+    for start in range(0, len(storage), step):
+        index = torch.arange(start, start + step, device=storage.device)
+        entries = storage.get(index)
+        action = entries[keys.ACTION] if space.discrete else None
+        dm.pseudocount.insert(index, space.project(entries[keys.OBS]), action)
+
+
+def exploration_state(datamodule) -> dict[str, Any]:
+    """The DataModule's state (see the module docstring) after its last recorded vector step."""
+    dm = datamodule
+    return {
+        "frames": dm.frames,
+        "credit": dm.credit,
+        "storage": dm.storage.state_dict(),
+        "pseudocount": pickle.dumps(dm.pseudocount),
+        "transform": dm.transform.exploration_state(),
+        "policy_warmup": bool(dm.policy.warmup),
+        "env": env_state(dm.vector_env),
+        # TorchRL's collector state_dict holds its transforms' buffers and counters, not the step it carries
+        # to the next iteration (observations and goals of the current states): saved here.
+        "carrier": dm.collector._carrier.to_dict(),
+        "window": dict(vars(dm.window)),
+        "untrained": [[(batch.to_dict(), tuple(batch.batch_size)) for batch in batches] for batches in dm.untrained],
+        "rng": rng_state(),
+    }
+
+
+def load_exploration_state(datamodule, state: dict[str, Any]) -> None:
+    """Restore :func:`exploration_state` into a DataModule that ran ``setup`` with the same config.
+
+    The RNG states are applied when the stream resumes (:meth:`ExplorationDataModule.stream`), after
+    Lightning's loader has drawn its own seed, as it did before the uninterrupted run's first step.
+    """
+    dm = datamodule
+    dm.frames, dm.credit = state["frames"], state["credit"]
+    dm.storage.load_state_dict(state["storage"])
+    if state["storage"].get("capacity") == dm.storage.capacity:
+        restore_into(dm.pseudocount, state["pseudocount"])
+    else:  # a run extended with another capacity: count the stored entries again, in their order
+        recount(dm)
+    dm.transform.load_exploration_state(state["transform"])
+    dm.policy.warmup = state["policy_warmup"]
+    vars(dm.window).update(state["window"])
+    dm.untrained.clear()
+    for batches in state["untrained"]:
+        dm.untrained.append([TensorDict(data, batch_size=size, device=dm.storage.device) for data, size in batches])
+    if state["env"] is not None:
+        load_env_state(dm.vector_env, state["env"])
+        carrier = TensorDict(state["carrier"], batch_size=dm.collector._carrier.batch_size)
+        dm.collector._carrier.update_(carrier.to(dm.collector._carrier.device))
+    else:
+        warnings.warn(f"{dm.env_id}'s state cannot be saved: its episodes in progress restart on resume", stacklevel=2)
+        dm.collector.reset()
+    dm.pending_rng = state["rng"]

@@ -1,0 +1,105 @@
+"""Exact resume (issue 20): a run killed with SIGKILL after a checkpoint and resumed from ``last`` ends with the
+metrics of the run that was never interrupted, bit for bit; checkpoints are named by env frames and written
+atomically."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from sun_lightning.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEED = "perf/speed/frames_per_second"  # wall-clock, the one metric that may differ
+
+
+def _args(config: str, total: int, warmup: int, every: int, *extra: str) -> list[str]:
+    return ["fit", "--config", str(ROOT / "conf" / config), "--data.total_frames", str(total),
+            "--data.warmup_frames", str(warmup), "--metrics.log_every_frames", str(every), "--metrics.verbose", "false",
+            "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
+            "--checkpoint.every_frames", str(every), "--checkpoint.keep", "10", *extra]
+
+
+def _final(cli) -> dict[str, float]:
+    logger = next(cb for cb in cli.trainer.callbacks if cb.__class__.__name__ == "ExplorationLogger")
+    return {name: value for name, value in logger.final.items() if name != SPEED}
+
+
+def _kill_after(args: list[str], checkpoint: Path, cwd: Path, timeout: float = 300) -> None:
+    """Run ``python -m sun_lightning <args>`` and SIGKILL it as soon as ``checkpoint`` exists."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "sun_lightning", *args], cwd=cwd, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    start = time.monotonic()
+    try:
+        while not checkpoint.exists():
+            if proc.poll() is not None:
+                pytest.fail(f"the run ended (rc {proc.returncode}) before writing {checkpoint}")
+            if time.monotonic() - start > timeout:
+                pytest.fail(f"no {checkpoint} after {timeout} s")
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("config", ["three_room.yaml", "cart_pole.yaml"])
+def test_killed_run_resumes_to_the_same_metrics(config, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = _args(config, total=1600, warmup=400, every=400)
+    whole = _final(main(args))
+    name = {"three_room.yaml": "ThreeRoom-sun-seed0", "cart_pole.yaml": "CartPole-sun-seed0"}[config]
+    folder = tmp_path / "checkpoints" / name
+    names = sorted(p.name for p in folder.glob("*.ckpt"))
+    # Every 400 frames from the first update on (the first batch comes one vector step after the warm-up).
+    frames = [int(n.removeprefix("frames=").removesuffix(".ckpt")) for n in names if n.startswith("frames=")]
+    assert names[-1] == "last.ckpt" and len(frames) == 4 and frames[-1] == 1600, names
+    assert all(b - a == 400 for a, b in zip(frames[1:-1], frames[2:])) or frames[1] - frames[0] <= 400, frames
+    for path in folder.iterdir():
+        path.unlink()
+
+    _kill_after(args, folder / f"frames={frames[1]:09d}.ckpt", tmp_path)
+    saved = torch.load(folder / "last.ckpt", weights_only=False, map_location="cpu")
+    assert saved["ExplorationDataModule"]["frames"] in frames[:2]  # killed right after writing the second
+    from sun_lightning.data import ExplorationDataModule
+
+    restored = []
+    load = ExplorationDataModule.load_state_dict
+    monkeypatch.setattr(ExplorationDataModule, "load_state_dict",
+                        lambda self, state: (restored.append(state["frames"]), load(self, state)))
+    resumed = _final(main([*args, "--ckpt_path", "last"]))
+    assert restored == [saved["ExplorationDataModule"]["frames"]]  # it did resume, from the last checkpoint
+    assert resumed == whole
+
+
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    """A crash while writing leaves the previous ``last.ckpt`` readable: the new one is renamed into place."""
+    monkeypatch.chdir(tmp_path)
+    from callbacks.checkpoint import FrameCheckpoint
+
+    calls = []
+    original = FrameCheckpoint._save_checkpoint
+
+    def crash_on_second_last(self, trainer, filepath):
+        calls.append(filepath)
+        if filepath.endswith("last.ckpt") and sum(c.endswith("last.ckpt") for c in calls) == 2:
+            trainer.save_checkpoint(filepath + ".part", self.save_weights_only)
+            raise KeyboardInterrupt  # as if killed between the write and the rename
+        original(self, trainer, filepath)
+
+    monkeypatch.setattr(FrameCheckpoint, "_save_checkpoint", crash_on_second_last)
+    with pytest.raises(SystemExit):
+        main(_args("three_room.yaml", total=1200, warmup=400, every=400))
+    last = tmp_path / "checkpoints" / "ThreeRoom-sun-seed0" / "last.ckpt"
+    state = torch.load(last, weights_only=False, map_location="cpu")
+    first = int(Path(calls[0]).stem.removeprefix("frames="))
+    assert state["ExplorationDataModule"]["frames"] == first  # the first save, intact
+    assert (last.parent / "last.ckpt.part").exists()  # the interrupted write never replaced it
