@@ -32,7 +32,7 @@ def _final(cli) -> dict[str, float]:
     return {name: value for name, value in logger.final.items() if name != SPEED}
 
 
-def _kill_after(args: list[str], checkpoint: Path, cwd: Path, timeout: float = 300) -> None:
+def _kill_after(args: list[str], checkpoint: Path, cwd: Path, timeout: float = 900) -> None:
     """Run ``python -m sun_lightning <args>`` and SIGKILL it as soon as ``checkpoint`` exists."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "sun_lightning", *args], cwd=cwd, env=env,
