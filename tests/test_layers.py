@@ -16,7 +16,7 @@ LEVEL = {
     "envs": 1,
     "replay": 2,
     "goals": 3, "metrics": 3,
-    "learners": 4,
+    "learners": 4, "results": 5,
     "data": 5, "cli": 5, "compare": 5, "methods": 5, "tracking": 5, "runtime": 5, "resume": 5, "__main__": 5, "callbacks": 5,
 }
 

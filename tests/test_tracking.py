@@ -41,10 +41,13 @@ def test_a_fit_leaves_a_run_a_researcher_can_read(tmp_path, monkeypatch):
     """The MLflow run of a short fit: name, tags, de-duplicated params, heatmaps at each quarter, curves,
     config and checkpoint path, with numbers that agree with the logged metrics."""
     monkeypatch.chdir(tmp_path)
+    # An absolute store: MLflow keeps one database engine per tracking URI in a process, so the default relative
+    # URI would still point at the store of an earlier test's directory.
+    store = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
     main(["fit", "--config", str(ROOT / "conf/three_room.yaml"), "--data.total_frames", "800", "--data.warmup_frames",
           "600", "--data.num_envs", "2", "--metrics.log_every_frames", "200", "--metrics.verbose", "false",
-          "--seed_everything", "1"])
-    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+          "--seed_everything", "1", "--trainer.logger.init_args.tracking_uri", store])
+    client = mlflow.MlflowClient(store)
     (run,) = client.search_runs([client.get_experiment_by_name("sun_lightning").experiment_id])
     run_id = run.info.run_id
     assert run.info.run_name == "ThreeRoom-sun-seed1"
