@@ -26,7 +26,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from sun_lightning.envs.registry import GoalSpace, register, torchrl_autoreset_mode
+from sun_lightning.envs.registry import GoalSpace, final_obs_info, register, torchrl_autoreset_mode
 
 # Action indices. The 4-action worlds use the first four; GridMaze uses all nine.
 LEFT, RIGHT, UP, DOWN, UP_LEFT, UP_RIGHT, DOWN_LEFT, DOWN_RIGHT, STAY = range(9)
@@ -458,15 +458,7 @@ class GridworldVectorEnv(VectorEnv):
         if self.autoreset_mode is AutoresetMode.DISABLED:
             self._ended[:] = done
         elif done.any():
-            final_obs = np.full(self.num_envs, None, dtype=object)
-            # Object array of per-env observation arrays, gymnasium's final_obs format.
-            final_obs[done] = np.fromiter(obs[done], dtype=object, count=int(done.sum()))
-            infos = {
-                "final_obs": final_obs,
-                "_final_obs": done.copy(),
-                "final_info": {},
-                "_final_info": done.copy(),
-            }
+            infos = final_obs_info(obs, done)
             self._restart(done)
             obs[done] = self.layout.one_hot(self._tiles[done])
         return obs, np.zeros(self.num_envs), terminated, truncated, infos

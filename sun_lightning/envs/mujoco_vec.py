@@ -48,7 +48,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from sun_lightning.envs.registry import torchrl_autoreset_mode
+from sun_lightning.envs.registry import final_obs_info, torchrl_autoreset_mode
 
 ACTION_TOL = 1e-6  # actions this far outside their bounds are rounding noise and clipped, beyond it an error
 NO_HORIZON = 2**62  # the horizon of a single env's inner vector env: gymnasium's TimeLimit truncates instead
@@ -248,11 +248,7 @@ class MujocoVectorEnv(VectorEnv):
         if self.autoreset_mode is AutoresetMode.DISABLED:
             self._ended[:] = truncated
         elif truncated.any():
-            final_obs = np.full(self.num_envs, None, dtype=object)
-            # Object array of per-env observation arrays, gymnasium's final_obs format.
-            final_obs[truncated] = np.fromiter(obs[truncated], dtype=object, count=int(truncated.sum()))
-            infos = {"final_obs": final_obs, "_final_obs": truncated.copy(),
-                     "final_info": {}, "_final_info": truncated.copy()}
+            infos = final_obs_info(obs, truncated)
             self._restart(truncated)
             obs = self.observe()
         return obs, np.zeros(self.num_envs), terminated, truncated, infos

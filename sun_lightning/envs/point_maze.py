@@ -40,7 +40,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from sun_lightning.envs.registry import GoalSpace, register, torchrl_autoreset_mode
+from sun_lightning.envs.registry import GoalSpace, final_obs_info, register, torchrl_autoreset_mode
 
 HORIZON = 100
 STEP_SCALE = 0.5  # p <- p + 0.5 * a
@@ -326,11 +326,7 @@ class PointMazeVectorEnv(VectorEnv):
         if self.autoreset_mode is AutoresetMode.DISABLED:
             self._ended[:] = truncated
         elif truncated.any():
-            final_obs = np.full(self.num_envs, None, dtype=object)
-            # Object array of per-env observation arrays, gymnasium's final_obs format.
-            final_obs[truncated] = np.fromiter(obs[truncated], dtype=object, count=int(truncated.sum()))
-            infos = {"final_obs": final_obs, "_final_obs": truncated.copy(),
-                     "final_info": {}, "_final_info": truncated.copy()}
+            infos = final_obs_info(obs, truncated)
             self._restart(truncated)
             obs = self._pos.cpu().numpy()
         return obs, np.zeros(self.num_envs), terminated, truncated, infos

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import gymnasium
+import numpy as np
 import torch
 
 from sun_lightning.errors import ConfigError
@@ -93,6 +94,14 @@ def torchrl_autoreset_mode(mode: gymnasium.vector.AutoresetMode | str) -> gymnas
     if mode not in (gymnasium.vector.AutoresetMode.SAME_STEP, gymnasium.vector.AutoresetMode.DISABLED):
         raise ValueError(f"autoreset_mode must be SAME_STEP or DISABLED (TorchRL's GymWrapper rejects NEXT_STEP), got {mode}")
     return mode
+
+
+def final_obs_info(obs: np.ndarray, ended: np.ndarray) -> dict[str, Any]:
+    """The info of a SAME_STEP autoreset step: the ended sub-environments' last observations, in gymnasium's
+    format (an object array of per-env arrays under ``final_obs``, with its mask and an empty ``final_info``)."""
+    final_obs = np.full(len(ended), None, dtype=object)
+    final_obs[ended] = np.fromiter(obs[ended], dtype=object, count=int(ended.sum()))
+    return {"final_obs": final_obs, "_final_obs": ended.copy(), "final_info": {}, "_final_info": ended.copy()}
 
 
 def register(env_id: str, goal_space: GoalSpace, **gym_kwargs) -> None:
