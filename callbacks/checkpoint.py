@@ -64,14 +64,14 @@ class FrameCheckpoint(ModelCheckpoint):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.interrupted = False
         self._trainer_ref = trainer
-        if trainer.is_global_zero and threading.current_thread() is threading.main_thread():
+        if threading.current_thread() is threading.main_thread():
             # Ctrl-C ends the run between two vector steps, with a checkpoint, instead of inside an update.
             self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
         if self._on_frames not in trainer.datamodule.frame_listeners:
             trainer.datamodule.frame_listeners.append(self._on_frames)
         if self.dirpath is None:
             dm = trainer.datamodule
-            name = run_name(dm.env_id, method_of(type(dm.selector).__name__), dm.env_seed)
+            name = run_name(dm.env_id, method_of(type(dm.selector).__name__), dm.run_seed)
             self.dirpath = str(Path(trainer.default_root_dir) / name)
         super().setup(trainer, pl_module, stage)
 
@@ -79,14 +79,22 @@ class FrameCheckpoint(ModelCheckpoint):
         if self.interrupted:  # a second Ctrl-C: stop now
             raise KeyboardInterrupt
         self.interrupted = True
-        print("\ninterrupted: saving a checkpoint and stopping (Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
+        if self._trainer_ref.is_global_zero:
+                print("\ninterrupted: saving a checkpoint and stopping (Ctrl-C again to stop at once)", file=sys.stderr,
+                      flush=True)
 
     def _on_frames(self, frames: int) -> None:
         # During the warm-up no training step ends; after it, the stop waits for the step's update.
         trainer = self._trainer_ref
-        if self.interrupted and not trainer.should_stop and frames <= trainer.datamodule.warmup_frames:
+        if frames <= trainer.datamodule.warmup_frames and self._stop_now(trainer):
             self.save(trainer)
             trainer.should_stop = True
+
+    def _stop_now(self, trainer: pl.Trainer) -> bool:
+        """Whether Ctrl-C asks to stop here; under DDP, whether it reached any rank (all ranks stop at one step)."""
+        if trainer.world_size > 1:
+            self.interrupted = trainer.strategy.reduce_boolean_decision(self.interrupted, all=False)
+        return self.interrupted and not trainer.should_stop
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         previous = getattr(self, "_previous_sigint", None)
@@ -99,7 +107,7 @@ class FrameCheckpoint(ModelCheckpoint):
     # Lightning's own triggers (steps, epochs, validation) are replaced by the frame counter.
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args, **kwargs) -> None:
         frames = trainer.datamodule.frames
-        if self.interrupted and not trainer.should_stop:
+        if self._stop_now(trainer):
             self.save(trainer)
             trainer.should_stop = True
         elif frames >= self._next:

@@ -6,6 +6,7 @@ import time
 
 import lightning.pytorch as pl
 
+from sun_lightning.distributed import mean_over_ranks
 from sun_lightning.metrics.exploration import exploration_metrics
 
 
@@ -20,6 +21,9 @@ class ExplorationLogger(pl.Callback):
     - ``explore/goals/*``: goal statistics of the window (see ``CollectionStats``).
     - ``train/*``: learner statistics averaged over the window's updates.
     - ``perf/speed/frames_per_second``: env frames per wall-clock second in the window.
+
+    Under DDP the frames and every metric cover all ranks (the ``train/*`` means are averaged over the
+    ranks' updates); rank 0 logs them.
 
     Args:
         log_every_frames: logging period in env frames.
@@ -46,12 +50,19 @@ class ExplorationLogger(pl.Callback):
             self.log_now(frames)
 
     def log_now(self, frames: int, final: bool = False) -> dict[str, float]:
-        dm = self._datamodule
+        dm, trainer = self._datamodule, self._trainer
         now = time.perf_counter()
+        window, train = dm.window.pop(), self._module.pop_train_metrics()
+        if trainer.world_size > 1:  # every rank's updates (D and the window are the job's on every rank already)
+            strategy = trainer.strategy
+            train = mean_over_ranks(train, lambda t: strategy.reduce(t.to(strategy.root_device), reduce_op="mean").cpu())
+            if not trainer.is_global_zero:
+                self._last_frames = frames  # the schedule of every rank stays rank 0's
+                return {}
         visits = dm.pseudocount.visits() if dm.goal_space.exact_counts else None
         metrics = exploration_metrics(dm.storage, visits, knn=final and self.knn_entropy)
-        metrics.update(dm.window.pop())
-        metrics.update(self._module.pop_train_metrics())
+        metrics.update(window)
+        metrics.update(train)
         metrics["perf/speed/frames_per_second"] = (frames - self._last_frames) / max(now - self._last_time, 1e-9)
         self._last_time, self._last_frames = now, frames
         for logger in self._trainer.loggers:

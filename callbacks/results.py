@@ -13,9 +13,8 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.loggers import MLFlowLogger
-
 from sun_lightning import keys
+from sun_lightning.mlflow_logger import SUNMLFlowLogger
 from sun_lightning.results.curves import CURVES, run_curves_figure
 from sun_lightning.results.goal_grid import GoalGrid
 from sun_lightning.results.heatmaps import save_png, snapshot_figure
@@ -36,7 +35,8 @@ class ResultsLogger(pl.Callback):
     - ``curves.png`` at the end: coverage and entropy (and k-NN entropy where logged) against env frames,
       as logged by :class:`~callbacks.exploration.ExplorationLogger`.
 
-    Without an MLflow logger (``--trainer.logger false``) it does nothing, and costs nothing.
+    Without an MLflow logger (``--trainer.logger false``) it does nothing, and costs nothing. Artifacts go through
+    :class:`~sun_lightning.mlflow_logger.SUNMLFlowLogger`, so a store that fails mid-run does not stop the run.
 
     Args:
         fractions: fractions of the frame budget at which heatmaps are taken (each in (0, 1]).
@@ -46,12 +46,12 @@ class ResultsLogger(pl.Callback):
         if not fractions or any(not 0 < f <= 1 for f in fractions):
             raise ValueError(f"fractions must lie in (0, 1], got {fractions}")
         self.fractions = sorted(set(fractions))
-        self._loggers: list[MLFlowLogger] = []
+        self._loggers: list[SUNMLFlowLogger] = []
         self._title: str | None = None
 
     # ---- wiring ------------------------------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._loggers = [logger for logger in trainer.loggers if isinstance(logger, MLFlowLogger)]
+        self._loggers = [logger for logger in trainer.loggers if isinstance(logger, SUNMLFlowLogger)]
         if not self._loggers or not trainer.is_global_zero:
             self._loggers = []
             return
@@ -99,7 +99,7 @@ class ResultsLogger(pl.Callback):
         logger = self._loggers[0]
         histories = {}
         for name in CURVES:
-            history = sorted((m.step, m.value) for m in logger.experiment.get_metric_history(logger.run_id, name))
+            history = logger.metric_history(name)
             histories[name] = ([s for s, _ in history], [v for _, v in history])
         with tempfile.TemporaryDirectory() as tmp:
             save_png(run_curves_figure(histories, self._run_title()), Path(tmp) / "curves.png")
@@ -107,10 +107,9 @@ class ResultsLogger(pl.Callback):
 
     def _run_title(self) -> str:
         if self._title is None:
-            logger = self._loggers[0]
-            self._title = logger.experiment.get_run(logger.run_id).info.run_name
+            self._title = self._loggers[0].run_name
         return self._title
 
     def _log_files(self, folder: str, artifact_path: str | None) -> None:
         for logger in self._loggers:
-            logger.experiment.log_artifacts(logger.run_id, folder, artifact_path)
+            logger.log_artifacts(folder, artifact_path)

@@ -1,5 +1,6 @@
 """``python -m sun_lightning``: the LightningCLI, with one-line reports of user errors (exit code 2)."""
 
+import os
 import sys
 
 from sun_lightning.cli import main
@@ -13,7 +14,8 @@ def entry(argv: list[str] | None = None) -> int:
     except (UsageError, ConfigError) as error:
         return report(error)
     except NonFiniteLossError as error:
-        print(f"error: {error.describe()}", file=sys.stderr, flush=True)
+        if os.environ.get("LOCAL_RANK", "0") == "0":  # under DDP every rank stops; the first one says why
+            print(f"error: {error.describe()}", file=sys.stderr, flush=True)
         return 1
     return 0
 

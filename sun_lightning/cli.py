@@ -18,7 +18,7 @@ from pathlib import Path
 
 from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
-from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.strategies import DDPStrategy
 
 from callbacks.checkpoint import LAST, FrameCheckpoint, mlflow_run_of
 from callbacks.exploration import ExplorationLogger
@@ -28,6 +28,7 @@ from sun_lightning.data import ExplorationDataModule
 from sun_lightning.envs import env_ids
 from sun_lightning.errors import ConfigError, UsageError
 from sun_lightning.learners.base import Learner
+from sun_lightning.mlflow_logger import SUNMLFlowLogger
 from sun_lightning.runtime import quiet_third_party, tune_allocator
 from sun_lightning.tracking import (MLFLOW_DIR, MLFLOW_URI, config_params, method_of, prepare_store, run_name,
                                     run_tags)
@@ -58,15 +59,15 @@ class MLflowSaveConfig(SaveConfigCallback):
         text = self.parser.dump(config, skip_none=False)
         params = config_params(config.as_dict(), skip={LINKED_GOAL_SPACE, *_RUN_IDENTITY})
         for logger in trainer.loggers:
-            if isinstance(logger, MLFlowLogger):
-                logged = logger.experiment.get_run(logger.run_id).data.params
+            if isinstance(logger, SUNMLFlowLogger):  # its writes survive a failing store (issue 20)
+                logged = logger.logged_params()
                 if logged:
                     # A resumed run (MLflow params are write-once): the launch's config goes next to the
                     # first one, and only settings the run did not have yet become params.
-                    logger.experiment.log_text(logger.run_id, text, f"config-resumed-{trainer.datamodule.frames}.yaml")
+                    logger.log_text(text, f"config-resumed-{trainer.datamodule.frames}.yaml")
                     params = {key: value for key, value in params.items() if key not in logged}
                 else:
-                    logger.experiment.log_text(logger.run_id, text, "config.yaml")
+                    logger.log_text(text, "config.yaml")
             logger.log_hyperparams(params)
 
     def on_fit_end(self, trainer, pl_module) -> None:
@@ -75,8 +76,8 @@ class MLflowSaveConfig(SaveConfigCallback):
         if not path or not trainer.is_global_zero:
             return
         for logger in trainer.loggers:
-            if isinstance(logger, MLFlowLogger):
-                logger.experiment.log_text(logger.run_id, str(Path(path).resolve()) + "\n", "checkpoint_path.txt")
+            if isinstance(logger, SUNMLFlowLogger):
+                logger.log_text(str(Path(path).resolve()) + "\n", "checkpoint_path.txt")
 
 
 PROG = "python -m sun_lightning"
@@ -125,8 +126,8 @@ class SUNCLI(LightningCLI):
             return
         if any(getattr(cb, "interrupted", False) for cb in self.trainer.callbacks):
             for logger in self.trainer.loggers:
-                if isinstance(logger, MLFlowLogger):  # stopped by the user, not finished (MLflow's own status)
-                    logger.experiment.set_terminated(logger.run_id, "KILLED")
+                if isinstance(logger, SUNMLFlowLogger):  # stopped by the user, not finished (MLflow's own status)
+                    logger.set_status("KILLED")
         print(run_summary(self.trainer), flush=True)
 
     def _instantiate_trainer(self, config: dict, callbacks: list):
@@ -134,6 +135,9 @@ class SUNCLI(LightningCLI):
         # a bar it is told not to show, and ``enable_checkpointing false`` means none of ours either.
         drop = tuple(cls for cls, key in ((FrameProgressBar, "enable_progress_bar"), (FrameCheckpoint, "enable_checkpointing"))
                      if config.get(key) is False)
+        if config.get("strategy") == "ddp" and getattr(self.model, "ddp_find_unused_parameters", False):
+            # Learners with two optimizers (TD3) leave part of the module out of each backward; DDP must look for it.
+            config["strategy"] = DDPStrategy(find_unused_parameters=True)
         return super()._instantiate_trainer(config, [cb for cb in callbacks if not isinstance(cb, drop)])
 
     def instantiate_classes(self) -> None:
@@ -163,6 +167,9 @@ class SUNCLI(LightningCLI):
             config.checkpoint.dirpath = str(Path(config.trainer.get("default_root_dir") or ".") / name)
         logger = config.get("trainer", {}).get("logger")
         if isinstance(logger, Namespace) and str(logger.get("class_path", "")).endswith("MLFlowLogger"):
+            if logger.class_path == "lightning.pytorch.loggers.MLFlowLogger":
+                # The config.yaml of an earlier run: ours takes the same arguments and survives a failing store.
+                logger.class_path = "sun_lightning.mlflow_logger.SUNMLFlowLogger"
             args = logger.get("init_args") or Namespace()
             prepare_store(args.get("tracking_uri") or MLFLOW_URI, args.get("experiment_name") or "lightning_logs",
                           args.get("artifact_location"))
@@ -198,7 +205,7 @@ def main(args: list[str] | None = None, run: bool = True) -> SUNCLI:
             "enable_autolog_hparams": False,
             "enable_model_summary": False,
             "logger": {
-                "class_path": "lightning.pytorch.loggers.MLFlowLogger",
+                "class_path": "sun_lightning.mlflow_logger.SUNMLFlowLogger",
                 "init_args": {"experiment_name": "sun_lightning", "tracking_uri": MLFLOW_URI},
             },
         },
@@ -222,24 +229,13 @@ def run_summary(trainer) -> str:
     interrupted = any(getattr(cb, "interrupted", False) for cb in trainer.callbacks)
     lines = [f"{'stopped (Ctrl-C)' if interrupted else 'done'}: {dm.frames} env frames of {dm.env_id}  {shown}"]
     for logger in trainer.loggers:
-        if isinstance(logger, MLFlowLogger):
-            run = logger.experiment.get_run(logger.run_id)
-            experiment = logger.experiment.get_experiment(run.info.experiment_id).name
-            lines.append(f"MLflow run: {run.info.run_name} (id {logger.run_id}, experiment {experiment!r})")
-            lines.append(f"results (params, metrics, heatmaps, curves, config): {run.info.artifact_uri}")
-            lines.append(f"browse: mlflow ui --backend-store-uri {_absolute_uri(logger.experiment.tracking_uri)}")
+        if isinstance(logger, SUNMLFlowLogger):  # its lines survive a store that failed during the run
+            lines.extend(logger.summary_lines())
     checkpoint = trainer.checkpoint_callback
     if checkpoint is not None and getattr(checkpoint, "last_model_path", ""):
         lines.append(f"checkpoint: {Path(checkpoint.last_model_path).resolve()}  "
                      f"(continue or resume: --ckpt_path {checkpoint.last_model_path})")
     return "\n".join(lines)
-
-
-def _absolute_uri(uri: str) -> str:
-    """``sqlite:///mlruns/mlflow.db`` with an absolute path, so the command works from any folder."""
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        return "sqlite:///" + str(Path(uri.removeprefix("sqlite:///")).resolve())
-    return uri
 
 
 def _resumed_run(config: Namespace) -> str | None:

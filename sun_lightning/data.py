@@ -31,6 +31,8 @@ from torchrl.envs import GymWrapper, TransformedEnv
 
 import sun_lightning.envs  # noqa: F401  (registers the environments)
 from sun_lightning import keys
+from sun_lightning.distributed import all_gather, gather_step, seed_rank
+from sun_lightning.envs.gridworlds import register_layout
 from sun_lightning.envs.registry import GoalSpace, goal_space
 from sun_lightning.errors import ConfigError
 from sun_lightning.goals.base import GoalSelector
@@ -47,7 +49,8 @@ class ExplorationDataModule(pl.LightningDataModule):
     """Environments, collector and replay storage of one exploration run.
 
     Args:
-        env_id: a registered id, e.g. ``sun_lightning/FourRoomStuck-v0``.
+        env_id: a registered id, e.g. ``sun_lightning/FourRoomStuck-v0``; with ``layout``, the id its gridworld
+            gets (``sun_lightning/<Name>-v0``, not a built-in's).
         total_frames: env frames of the run (all envs together), warm-up included.
         num_envs: envs stepped together in one in-process vector env.
         warmup_frames: frames of uniformly random actions before learning (SPEC §5d).
@@ -60,6 +63,10 @@ class ExplorationDataModule(pl.LightningDataModule):
             CPU where it builds, torch otherwise, with a one-line warning).
         storage_device: where D and its pseudocounts live; ``None``: the learner's device.
         seed: environment seed; ``None`` derives it from ``seed_everything``.
+        layout: a gridworld's map in SPEC §6's symbols (``W`` wall, ``.`` free, ``Q`` random move, ``S`` start,
+            ``G`` terminal, one line per row, tiles separated by spaces), checked and registered under ``env_id``
+            (:func:`~sun_lightning.envs.gridworlds.parse_layout`: 4 actions, horizon 200, ``G`` ends an episode
+            on entry); ``None``: ``env_id`` is an environment of the package.
     """
 
     def __init__(
@@ -75,8 +82,11 @@ class ExplorationDataModule(pl.LightningDataModule):
         backend: Literal["auto", "native", "torch"] = "auto",
         storage_device: str | None = None,
         seed: int | None = None,
+        layout: str | None = None,
     ) -> None:
         super().__init__()
+        if layout is not None:
+            register_layout(env_id, layout)  # a map that cannot work fails here, naming the problem
         self.goal_space = goal_space(env_id)  # fails fast on an unknown id
         for name, value in (("total_frames", total_frames), ("num_envs", num_envs)):
             if value <= 0:
@@ -94,8 +104,9 @@ class ExplorationDataModule(pl.LightningDataModule):
         self.env_id, self.total_frames, self.num_envs = env_id, total_frames, num_envs
         self.warmup_frames, self.capacity, self.selector = warmup_frames, capacity, selector
         self.updates_per_frame, self.sigma_every, self.seed = updates_per_frame, sigma_every, seed
-        self.backend, self.storage_device = backend, storage_device
-        self.frames = 0
+        self.backend, self.storage_device, self.layout = backend, storage_device, layout
+        self.frames = 0  # env frames of the whole job (every rank's under DDP)
+        self.rank, self.world_size = 0, 1  # set in setup (DDP)
         self.credit = 0.0  # fractional updates owed (updates_per_frame < 1 spreads them over steps)
         self.pending_rng: dict | None = None  # a checkpoint's RNG states, applied when the stream resumes
         # Batches yielded but not trained on yet: Lightning's loader prefetches one, so a checkpoint
@@ -118,20 +129,27 @@ class ExplorationDataModule(pl.LightningDataModule):
         learner: Learner = self.trainer.lightning_module
         self.learner, space = learner, self.goal_space
         self.sampler = learner.make_sampler()
-        needed = self.sampler.steps_needed * self.num_envs
+        # Under DDP (issue 21) D and its pseudocounts hold every rank's envs (sun_lightning.distributed): the
+        # storage interleaves world_size × num_envs streams, rank r's envs at columns r·num_envs onwards.
+        self.rank, self.world_size = self.trainer.global_rank, self.trainer.world_size
+        streams = self.num_envs * self.world_size
+        needed = self.sampler.steps_needed * streams
         if self.warmup_frames < needed:
-            raise ConfigError(f"data.warmup_frames ({self.warmup_frames}) must cover the {needed // self.num_envs} steps "
-                             f"of each of {self.num_envs} envs that the learner's first batch needs")
-        capacity = self.capacity or self.total_frames + self.num_envs
+            raise ConfigError(f"data.warmup_frames ({self.warmup_frames}) must cover the {needed // streams} steps "
+                             f"of each of {streams} envs that the learner's first batch needs")
+        capacity = self.capacity or self.total_frames + streams
         if capacity < needed:
-            raise ConfigError(f"data.capacity ({capacity}) must hold the {needed // self.num_envs} steps per env of a batch")
-        capacity += -capacity % self.num_envs
+            raise ConfigError(f"data.capacity ({capacity}) must hold the {needed // streams} steps per env of a batch")
+        capacity += -capacity % streams
         device = torch.device(self.storage_device) if self.storage_device else learner.device
-        self.storage = GoalReplayStorage(space, self.num_envs, capacity, device)
+        self.storage = GoalReplayStorage(space, streams, capacity, device)
         self.pseudocount = build_pseudocount(space, capacity, self.sigma_every, device, self.backend)
         seed = self.seed if self.seed is not None else torch.initial_seed() % 2**31
-        # Under DDP every rank explores with its own envs: distinct streams.
-        seed += self.trainer.global_rank
+        self.run_seed = seed
+        if self.world_size > 1:
+            # Every rank explores with its own envs and random streams (Lightning seeded all ranks alike).
+            seed_rank(seed, self.rank)
+        seed += self.rank
         self.env_seed = seed
         # Explicit resets: TorchRL resets ended envs itself (partial resets), so it reads no
         # terminal observations out of the info dict on every step as SAME_STEP autoreset needs.
@@ -192,8 +210,10 @@ class ExplorationDataModule(pl.LightningDataModule):
                 if warmup:
                     self.transform.active = True
                 if learns:
-                    # One update per frame collected after the warm-up.
-                    self.credit += min(self.num_envs, self.frames - self.warmup_frames) * self.updates_per_frame
+                    # One update per frame collected after the warm-up; under DDP each rank's updates are for its
+                    # own envs' frames (a DDP update averages one batch per rank: as many samples per frame).
+                    fresh = min(self.num_envs * self.world_size, self.frames - self.warmup_frames) / self.world_size
+                    self.credit += fresh * self.updates_per_frame
                     updates = int(self.credit)
                     self.credit -= updates
                     if updates:
@@ -209,6 +229,8 @@ class ExplorationDataModule(pl.LightningDataModule):
         """Write one collected vector step ``[B]`` into D, count its entries' pseudocounts (SPEC §4), feed the
         learner's running statistics, the window's goal statistics and the goal listeners, and count its frames."""
         flat = _flat_step(step)
+        if self.world_size > 1:  # every rank's step, in rank order: one D and one pseudocount for the job
+            flat = gather_step(flat, all_gather, self.trainer.strategy.root_device)
         index = self.storage.extend(flat)
         action = flat[keys.ACTION] if self.goal_space.discrete else None
         self.pseudocount.insert(index, self.goal_space.project(flat[keys.OBS]).to(self.storage.device),
@@ -221,7 +243,7 @@ class ExplorationDataModule(pl.LightningDataModule):
                 goals = {name: flat[name] for name in GOAL_VIEW}
                 for listener in self.goal_listeners:
                     listener(goals)
-        self.frames += self.num_envs
+        self.frames += len(flat[keys.EPISODE_END])
         for listener in self.frame_listeners:
             listener(self.frames)
 

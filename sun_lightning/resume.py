@@ -56,7 +56,7 @@ def recount(datamodule) -> None:
     Equal to the counts of the run that collected them as long as D never wrapped (the default capacity).
     """
     dm = datamodule
-    storage, space, step = dm.storage, dm.goal_space, dm.num_envs
+    storage, space, step = dm.storage, dm.goal_space, dm.storage.num_envs
     if storage.steps * step > storage.capacity:
         raise ValueError(f"data.capacity ({storage.capacity}) is smaller than the checkpoint's replay buffer "
                          f"({storage.steps * step} entries): resume with the capacity it was run with")
@@ -68,23 +68,39 @@ def recount(datamodule) -> None:
 
 
 def exploration_state(datamodule) -> dict[str, Any]:
-    """The DataModule's state (see the module docstring) after its last recorded vector step."""
+    """The DataModule's state (see the module docstring) after its last recorded vector step.
+
+    Under DDP (:mod:`sun_lightning.distributed`) D, its pseudocounts, the counters and the window are the
+    same on every rank and saved once; each rank's own part (its envs, their goals, the collector's step,
+    its untrained batches and RNGs) is gathered under ``ranks``, in rank order (a collective: every rank
+    calls this, as Lightning's checkpointing does).
+    """
     dm = datamodule
-    return {
+    state = {
+        "world_size": dm.world_size,
         "frames": dm.frames,
         "credit": dm.credit,
         "storage": dm.storage.state_dict(),
         "pseudocount": pickle.dumps(dm.pseudocount),
-        "transform": dm.transform.exploration_state(),
         "policy_warmup": bool(dm.policy.warmup),
+        "window": dict(vars(dm.window)),
+    }
+    own = {
+        "transform": dm.transform.exploration_state(),
         "env": env_state(dm.vector_env),
         # TorchRL's collector state_dict holds its transforms' buffers and counters, not the step it carries
         # to the next iteration (observations and goals of the current states): saved here.
         "carrier": dm.collector._carrier.to_dict(),
-        "window": dict(vars(dm.window)),
         "untrained": [[(batch.to_dict(), tuple(batch.batch_size)) for batch in batches] for batches in dm.untrained],
         "rng": rng_state(),
     }
+    if dm.world_size > 1:
+        ranks = [None] * dm.world_size
+        torch.distributed.all_gather_object(ranks, own)
+        state["ranks"] = ranks
+    else:
+        state.update(own)
+    return state
 
 
 def load_exploration_state(datamodule, state: dict[str, Any]) -> None:
@@ -94,23 +110,28 @@ def load_exploration_state(datamodule, state: dict[str, Any]) -> None:
     Lightning's loader has drawn its own seed, as it did before the uninterrupted run's first step.
     """
     dm = datamodule
+    saved_world = state.get("world_size", 1)
+    if saved_world != dm.world_size:
+        raise ValueError(f"the checkpoint comes from a run of {saved_world} process(es), this one has {dm.world_size}: "
+                         f"resume with --trainer.devices {saved_world} (each process's envs are in it)")
+    own = state["ranks"][dm.rank] if dm.world_size > 1 else state
     dm.frames, dm.credit = state["frames"], state["credit"]
     dm.storage.load_state_dict(state["storage"])
     if state["storage"].get("capacity") == dm.storage.capacity:
         restore_into(dm.pseudocount, state["pseudocount"])
     else:  # a run extended with another capacity: count the stored entries again, in their order
         recount(dm)
-    dm.transform.load_exploration_state(state["transform"])
+    dm.transform.load_exploration_state(own["transform"])
     dm.policy.warmup = state["policy_warmup"]
     vars(dm.window).update(state["window"])
     dm.untrained.clear()
-    for batches in state["untrained"]:
+    for batches in own["untrained"]:
         dm.untrained.append([TensorDict(data, batch_size=size, device=dm.storage.device) for data, size in batches])
-    if state["env"] is not None:
-        load_env_state(dm.vector_env, state["env"])
-        carrier = TensorDict(state["carrier"], batch_size=dm.collector._carrier.batch_size)
+    if own["env"] is not None:
+        load_env_state(dm.vector_env, own["env"])
+        carrier = TensorDict(own["carrier"], batch_size=dm.collector._carrier.batch_size)
         dm.collector._carrier.update_(carrier.to(dm.collector._carrier.device))
     else:
         warnings.warn(f"{dm.env_id}'s state cannot be saved: its episodes in progress restart on resume", stacklevel=2)
         dm.collector.reset()
-    dm.pending_rng = state["rng"]
+    dm.pending_rng = own["rng"]

@@ -1,4 +1,5 @@
-"""The three gridworlds of the paper: ThreeRoom, FourRoomStuck and GridMaze (SPEC §6).
+"""The three gridworlds of the paper: ThreeRoom, FourRoomStuck and GridMaze (SPEC §6), and gridworlds of a user's
+own map (``data.layout``: :func:`parse_layout`, :func:`register_layout`).
 
 Each world is parsed once from its ASCII layout into a :class:`GridLayout` holding
 the whole dynamics as arrays: ``next_tile[tile, action]``, ``random_tile[tile]``
@@ -15,6 +16,7 @@ Observations are the one-hot tile over *all* ``rows * cols`` cells (flat index
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -26,7 +28,9 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from sun_lightning.envs.registry import GoalSpace, final_obs_info, register, torchrl_autoreset_mode
+from sun_lightning.envs.registry import (NAMESPACE, GoalSpace, env_ids, final_obs_info, register,
+                                         torchrl_autoreset_mode)
+from sun_lightning.errors import ConfigError
 
 # Action indices. The 4-action worlds use the first four; GridMaze uses all nine.
 LEFT, RIGHT, UP, DOWN, UP_LEFT, UP_RIGHT, DOWN_LEFT, DOWN_RIGHT, STAY = range(9)
@@ -41,6 +45,10 @@ WALL, FREE, RANDOM, START, GOAL = "W", ".", "Q", "S", "G"
 ROW_WALL = "-"
 
 TerminalRule = Literal["none", "enter", "stay"]
+
+#: What each symbol of a layout string means (SPEC §6), for its error messages.
+LEGEND = (f"{WALL} wall, {FREE} free, {RANDOM} move replaced by a random one half the time, {START} start, "
+          f"{GOAL} terminal; tiles separated by spaces; a line of {ROW_WALL} alone is a wall between two rows")
 
 
 @dataclass(frozen=True, eq=False)
@@ -233,6 +241,81 @@ def build_layout(
         start_probs=start_probs,
         coverable=coverable,
     )
+
+
+def parse_layout(
+    text: str,
+    *,
+    name: str = "Custom",
+    num_actions: int = 4,
+    horizon: int = 200,
+    terminal_rule: TerminalRule | None = None,
+    replace_prob: float = 0.5,
+) -> GridLayout:
+    """A gridworld from a layout string in SPEC §6's symbols, checked for the mistakes that would make a bad run.
+
+    The map is :func:`build_layout`'s: one line per row, tiles separated by spaces (``W`` wall, ``.`` free,
+    ``Q`` random move, ``S`` start, ``G`` terminal), a line of ``-`` alone for a wall between two rows;
+    blank lines are skipped. Episodes start on the ``S`` tiles, each equally likely.
+
+    Args:
+        text: the map.
+        name: the world's name.
+        num_actions: 4 (left, right, up, down) or 9 (the 8 moves and stay).
+        horizon: episode length.
+        terminal_rule: how a ``G`` tile ends an episode; ``None``: on entry with 4 actions (as FourRoomStuck),
+            by "stay" on it with 9 (as GridMaze).
+        replace_prob: action-replacement probability on ``Q`` tiles.
+
+    Raises:
+        ConfigError: naming the problem: an empty map, an unknown symbol (with its row and column), rows of
+            different lengths, no start, or a terminal that no start can reach.
+    """
+    if num_actions not in (4, 9):
+        raise ConfigError(f"a gridworld has 4 or 9 actions, got {num_actions}")
+    lines = [line.split() for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise ConfigError(f"data.layout is empty: give one line per row ({LEGEND})")
+    grid: list[list[str]] = []
+    for tokens in lines:
+        if set("".join(tokens)) == {ROW_WALL}:
+            continue
+        for col, token in enumerate(tokens):
+            if token not in (WALL, FREE, RANDOM, START, GOAL):
+                raise ConfigError(f"data.layout: unknown symbol {token!r} at row {len(grid)}, column {col} ({LEGEND})")
+        grid.append(tokens)
+    if not grid:
+        raise ConfigError(f"data.layout has no tiles, only walls between rows ({LEGEND})")
+    for row, tokens in enumerate(grid):
+        if len(tokens) != len(grid[0]):
+            raise ConfigError(f"data.layout: row {row} has {len(tokens)} tiles, row 0 has {len(grid[0])}: every row "
+                              "needs the same number (tiles are separated by spaces)")
+    if not any(START in tokens for tokens in grid):
+        raise ConfigError(f"data.layout has no start tile {START}: mark where episodes begin (several {START}: each "
+                          "equally likely)")
+    rule = terminal_rule or ("enter" if num_actions == 4 else "stay")
+    layout = build_layout(name, "\n".join(" ".join(tokens) for tokens in lines), num_actions=num_actions,
+                          horizon=horizon, terminal_rule=rule, replace_prob=replace_prob)
+    reached = _reachable(layout)
+    for tile in np.flatnonzero(layout.chars.reshape(-1) == GOAL):
+        if not reached[tile]:
+            row, col = divmod(int(tile), layout.cols)
+            raise ConfigError(f"data.layout: the terminal {GOAL} at row {row}, column {col} cannot be reached from any "
+                              f"start {START} (walls, {ROW_WALL} lines or the grid's edge cut it off)")
+    return layout
+
+
+def _reachable(layout: GridLayout) -> np.ndarray:
+    """``[num_tiles]`` bool: tiles some sequence of actions leads to from a start tile (breadth-first search).
+
+    ``next_tile`` covers every action, so the random moves of ``Q`` tiles reach nothing more."""
+    reached = layout.start_probs > 0
+    frontier = np.flatnonzero(reached)
+    while frontier.size:
+        successors = np.unique(layout.next_tile[frontier])
+        frontier = successors[~reached[successors]]
+        reached[frontier] = True
+    return reached
 
 
 THREE_ROOM = """
@@ -464,27 +547,57 @@ class GridworldVectorEnv(VectorEnv):
         return obs, np.zeros(self.num_envs), terminated, truncated, infos
 
 
+def _register(env_id: str, key: str) -> None:
+    """Register the gridworld ``LAYOUTS[key]`` and its goal space under ``env_id`` (SPEC §2, §6)."""
+    layout = LAYOUTS[key]
+    register(
+        env_id,
+        GoalSpace(
+            obs_dim=layout.num_tiles,
+            num_actions=layout.num_actions,
+            goal_dims=None,
+            low=(),
+            high=(),
+            reach="exact",
+            exact_counts=True,
+            coverable=layout.coverable,
+            grid_shape=(layout.rows, layout.cols),
+        ),
+        entry_point=f"{__name__}:GridworldEnv",
+        vector_entry_point=f"{__name__}:GridworldVectorEnv",
+        max_episode_steps=layout.horizon,
+        kwargs={"layout": key},
+    )
+
+
 def _register_all() -> None:
-    """Register the three gridworlds and their goal spaces (SPEC §2, §6)."""
-    for name, layout in LAYOUTS.items():
-        register(
-            f"sun_lightning/{name}-v0",
-            GoalSpace(
-                obs_dim=layout.num_tiles,
-                num_actions=layout.num_actions,
-                goal_dims=None,
-                low=(),
-                high=(),
-                reach="exact",
-                exact_counts=True,
-                coverable=layout.coverable,
-                grid_shape=(layout.rows, layout.cols),
-            ),
-            entry_point=f"{__name__}:GridworldEnv",
-            vector_entry_point=f"{__name__}:GridworldVectorEnv",
-            max_episode_steps=layout.horizon,
-            kwargs={"layout": name},
-        )
+    """Register the three gridworlds of the paper (SPEC §6)."""
+    for name in LAYOUTS:
+        _register(f"{NAMESPACE}/{name}-v0", name)
 
 
 _register_all()
+#: The ids of the gridworlds built from layout strings in this process.
+_FROM_LAYOUTS: set[str] = set()
+
+
+def register_layout(env_id: str, text: str) -> None:
+    """Register ``env_id`` as the gridworld of a layout string (``data.layout``), with :func:`parse_layout`'s defaults.
+
+    The layout is kept in :data:`LAYOUTS` under its id, so everything that finds a gridworld by its id (the
+    DataModule, heatmaps) finds it. Registering an id again with another layout replaces the first.
+
+    Raises:
+        ConfigError: the id is not of the form ``sun_lightning/<Name>-v<N>`` or names a built-in environment,
+            or the layout is not valid (:func:`parse_layout`).
+    """
+    if not re.fullmatch(rf"{NAMESPACE}/[A-Za-z]\w*-v\d+", env_id):
+        raise ConfigError(f"data.env_id: the gridworld of data.layout needs an id of the form {NAMESPACE}/<Name>-v0, "
+                          f"got {env_id!r}")
+    if env_id in env_ids() and env_id not in _FROM_LAYOUTS:
+        raise ConfigError(f"data.env_id: {env_id} is a built-in environment; give the gridworld of data.layout an id "
+                          f"of its own, e.g. {NAMESPACE}/MyGrid-v0")
+    LAYOUTS[env_id] = parse_layout(text, name=env_id.split("/", 1)[1].rsplit("-v", 1)[0])
+    gymnasium.registry.pop(env_id, None)  # another layout under the same id: the new one
+    _register(env_id, env_id)
+    _FROM_LAYOUTS.add(env_id)

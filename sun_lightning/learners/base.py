@@ -16,6 +16,8 @@ ensembles are interchangeable:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Protocol
 
 import lightning.pytorch as pl
@@ -26,6 +28,19 @@ from tensordict.nn import TensorDictModuleBase
 from sun_lightning.envs.registry import GoalSpace
 from sun_lightning.errors import NonFiniteLossError
 from sun_lightning.replay.storage import GoalReplayStorage
+
+
+@contextmanager
+def frozen(module: torch.nn.Module) -> Iterator[None]:
+    """``module``'s parameters do not require gradients inside the block (a loss that holds it fixed)."""
+    params = [param for param in module.parameters() if param.requires_grad]
+    for param in params:
+        param.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for param in params:
+            param.requires_grad_(True)
 
 
 class BatchSampler(Protocol):
@@ -73,6 +88,9 @@ class Learner(pl.LightningModule):
 
     #: Relabelled batches one update consumes, stacked along a leading axis (ensembles: one per member).
     batches_per_update: int = 1
+    #: Whether a backward pass of :meth:`update` leaves some parameters out (one optimizer's at a time, as
+    #: TD3's critic and actor steps): DDP must then find the unused ones (``fit --trainer.strategy ddp``).
+    ddp_find_unused_parameters: bool = False
 
     def __init__(self, goal_space: GoalSpace | None = None) -> None:
         super().__init__()
@@ -145,6 +163,13 @@ class Learner(pl.LightningModule):
         Called before every gradient step (one host read per loss: nothing next to an update's cost on CPU).
         """
         value = float(loss.detach())
+        trainer = self._trainer
+        if trainer is not None and getattr(trainer, "world_size", 1) > 1:
+            # Under DDP every rank must stop at the same update, or the others wait in the next all-reduce.
+            strategy = trainer.strategy
+            bad = torch.tensor([0.0 if math.isfinite(value) else 1.0], device=strategy.root_device)
+            if float(strategy.reduce(bad, reduce_op="sum")) > 0 and math.isfinite(value):
+                value = math.nan  # another rank's loss (each rank's message names the same update)
         if not math.isfinite(value):
             raise NonFiniteLossError(term, value, self.updates)
 

@@ -11,7 +11,7 @@ from torch.nn import functional as F
 from sun_lightning import keys
 from sun_lightning.envs.reach import goal_reached
 from sun_lightning.envs.registry import GoalSpace
-from sun_lightning.learners.base import Learner, TrainStats
+from sun_lightning.learners.base import Learner, TrainStats, frozen
 from sun_lightning.learners.policy import GaussianNoisePolicy
 from sun_lightning.learners.target import TargetUpdate
 from sun_lightning.losses.td_lambda import watkins_lambda_returns
@@ -51,6 +51,8 @@ class TD3SVF(Learner):
         hidden, features, maxout_width, maxout_pieces, head_width: the networks' widths (256, 64, 1024, 4, 256).
         rbf_centres: RBF tiles per input dimension (SPEC §5c).
     """
+
+    ddp_find_unused_parameters = True  # the critic's step leaves the actor out, and the actor's the critic
 
     def __init__(
         self,
@@ -154,10 +156,13 @@ class TD3SVF(Learner):
         self.updates += 1
         self.stats.add(stats)
         if self.updates % self.hparams.policy_delay == 0:
-            actor_loss = self.actor_loss(batch)
-            self.check_finite("train/loss/actor", actor_loss)
-            actor_opt.zero_grad(set_to_none=True)
-            self.manual_backward(actor_loss, inputs=list(self.actor.parameters()))  # the critic is held fixed
+            # The critic is held fixed: frozen, so that its parameters are outside the actor loss's graph
+            # (DDP then sees them unused in this backward, as in the critic's backward the actor's are).
+            with frozen(self.critic):
+                actor_loss = self.actor_loss(batch)
+                self.check_finite("train/loss/actor", actor_loss)
+                actor_opt.zero_grad(set_to_none=True)
+                self.manual_backward(actor_loss)
             actor_opt.step()
             self.actor_stats.add(actor_loss.detach().reshape(1))
         self.critic_target_update()
