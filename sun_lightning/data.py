@@ -51,8 +51,8 @@ class ExplorationDataModule(pl.LightningDataModule):
     Args:
         env_id: a registered id, e.g. ``sun_lightning/FourRoomStuck-v0``; with ``layout``, the id its gridworld
             gets (``sun_lightning/<Name>-v0``, not a built-in's).
-        total_frames: env frames of the run (all envs together), warm-up included.
-        num_envs: envs stepped together in one in-process vector env.
+        total_frames: env frames of the run (all envs of all processes together), warm-up included.
+        num_envs: envs stepped together in one in-process vector env (per process under DDP).
         warmup_frames: frames of uniformly random actions before learning (SPEC §5d).
         capacity: replay entries kept (FIFO eviction beyond); ``None`` keeps everything.
         selector: the goal-selection rule (SPEC §3).
