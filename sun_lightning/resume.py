@@ -76,15 +76,6 @@ def exploration_state(datamodule) -> dict[str, Any]:
     calls this, as Lightning's checkpointing does).
     """
     dm = datamodule
-    state = {
-        "world_size": dm.world_size,
-        "frames": dm.frames,
-        "credit": dm.credit,
-        "storage": dm.storage.state_dict(),
-        "pseudocount": pickle.dumps(dm.pseudocount),
-        "policy_warmup": bool(dm.policy.warmup),
-        "window": dict(vars(dm.window)),
-    }
     own = {
         "transform": dm.transform.exploration_state(),
         "env": env_state(dm.vector_env),
@@ -97,10 +88,19 @@ def exploration_state(datamodule) -> dict[str, Any]:
     if dm.world_size > 1:
         ranks = [None] * dm.world_size
         torch.distributed.all_gather_object(ranks, own)
-        state["ranks"] = ranks
-    else:
-        state.update(own)
-    return state
+        if dm.rank != 0:
+            return {}  # Lightning writes rank 0's checkpoint only: the shared part is not copied here for nothing
+        own = {"ranks": ranks}
+    return {
+        "world_size": dm.world_size,
+        "frames": dm.frames,
+        "credit": dm.credit,
+        "storage": dm.storage.state_dict(),
+        "pseudocount": pickle.dumps(dm.pseudocount),
+        "policy_warmup": bool(dm.policy.warmup),
+        "window": dict(vars(dm.window)),
+        **own,
+    }
 
 
 def load_exploration_state(datamodule, state: dict[str, Any]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gymnasium
+import numpy as np
 from gymnasium.vector import AutoresetMode
 import torch
 from tensordict import TensorDict
@@ -83,3 +84,35 @@ def goal_env(selector, storage, learner, num_envs: int, env_id: str = THREE_ROOM
     transform = GoalSelectionTransform(selector, storage, storage.pseudocount, learner, num_envs)
     transform.active = True
     return TransformedEnv(base, transform), transform
+
+
+def assert_disabled_draws_as_same_step(same, disabled, actions, seed: int = 3) -> int:
+    """Same seed and actions: a DISABLED-autoreset vector env, reset by mask after each ended episode, sees what the
+    SAME_STEP one does (its step observations are SAME_STEP's final ones, its resets SAME_STEP's reset ones).
+
+    Returns the number of episodes that ended."""
+    np.testing.assert_array_equal(same.reset(seed=seed)[0], disabled.reset(seed=seed)[0])
+    resets = 0
+    for action in actions:
+        o1, _, te1, tr1, info = same.step(action)
+        o2, _, te2, tr2, _ = disabled.step(action)
+        np.testing.assert_array_equal(te1, te2)
+        np.testing.assert_array_equal(tr1, tr2)
+        ended = te2 | tr2
+        if ended.any():
+            resets += int(ended.sum())
+            np.testing.assert_array_equal(np.stack(list(info["final_obs"][ended])), o2[ended])
+            o2 = disabled.reset(options={"reset_mask": ended})[0]
+        np.testing.assert_array_equal(o1, o2)
+    return resets
+
+
+def assert_single_env_follows(single, frames, actions, seed: int) -> None:
+    """The single env (``gymnasium.make``) reset with ``seed`` and stepped with ``actions`` ``[T, action...]`` sees
+    ``frames`` ``[T + 1, obs...]`` (a one-world vector env's trajectory), with no reward and no episode end."""
+    obs, _ = single.reset(seed=seed)
+    np.testing.assert_array_equal(obs, frames[0])
+    for t, action in enumerate(actions):
+        obs, reward, terminated, truncated, _ = single.step(action)
+        np.testing.assert_array_equal(obs, frames[t + 1])
+        assert reward == 0 and not terminated and not truncated

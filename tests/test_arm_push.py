@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.vector import AutoresetMode
+from helpers import assert_single_env_follows
 
 from sun_lightning.envs import arm_push as ap
 from sun_lightning.envs.arm_push import ArmPushVectorEnv
@@ -305,12 +306,7 @@ def test_seeds_reproduce():
     # The single env (gymnasium.make) runs the same physics and draws its start alike.
     single = gymnasium.make(ENV_ID)
     one = trajectory(5, n=1)
-    obs, _ = single.reset(seed=5)
-    np.testing.assert_array_equal(obs, one[0, 0])
-    for t, a in enumerate(np.random.default_rng(0).uniform(-1, 1, size=(20, 1, 5))):
-        obs, reward, terminated, truncated, _ = single.step(a[0])
-        np.testing.assert_array_equal(obs, one[t + 1, 0])
-        assert reward == 0 and not terminated and not truncated
+    assert_single_env_follows(single, one[:, 0], np.random.default_rng(0).uniform(-1, 1, size=(20, 1, 5))[:, 0], seed=5)
 
 
 def test_partial_reset_and_autoreset():

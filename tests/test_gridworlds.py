@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from helpers import assert_disabled_draws_as_same_step
 
 from sun_lightning.envs import goal_space
 from sun_lightning.envs.gridworlds import LAYOUTS, GridworldVectorEnv
@@ -442,19 +443,7 @@ def test_disabled_autoreset_draws_as_same_step():
     step observations are SAME_STEP's final ones, its resets SAME_STEP's reset ones): one draw order."""
     same = GridworldVectorEnv("FourRoomStuck", num_envs=8)
     disabled = GridworldVectorEnv("FourRoomStuck", num_envs=8, autoreset_mode=AutoresetMode.DISABLED)
-    np.testing.assert_array_equal(same.reset(seed=3)[0], disabled.reset(seed=3)[0])
-    resets = 0
-    for actions in np.random.default_rng(0).integers(4, size=(450, 8)):
-        o1, _, te1, tr1, info = same.step(actions)
-        o2, _, te2, tr2, _ = disabled.step(actions)
-        np.testing.assert_array_equal(te1, te2)
-        np.testing.assert_array_equal(tr1, tr2)
-        ended = te2 | tr2
-        if ended.any():
-            resets += int(ended.sum())
-            np.testing.assert_array_equal(np.stack(list(info["final_obs"][ended])), o2[ended])
-            o2 = disabled.reset(options={"reset_mask": ended})[0]
-        np.testing.assert_array_equal(o1, o2)
+    resets = assert_disabled_draws_as_same_step(same, disabled, np.random.default_rng(0).integers(4, size=(450, 8)))
     assert resets >= 16  # the 200-step horizon, twice per env
 
 

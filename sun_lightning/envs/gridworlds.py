@@ -28,7 +28,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from sun_lightning.envs.registry import (NAMESPACE, GoalSpace, env_ids, final_obs_info, register,
+from sun_lightning.envs.registry import (NAMESPACE, GoalSpace, end_step, env_ids, refuse_ended, register, reset_mask,
                                          torchrl_autoreset_mode)
 from sun_lightning.errors import ConfigError
 
@@ -493,16 +493,12 @@ class GridworldVectorEnv(VectorEnv):
         Returns the observations of all sub-environments (the others' unchanged). A ``seed`` reseeds the
         one generator of all sub-environments, with a mask too.
         """
-        mask = None if options is None else options.get("reset_mask")
+        mask = reset_mask(options, self.num_envs)
         if mask is None or self._tiles is None:
             super().reset(seed=seed)
             mask = np.ones(self.num_envs, dtype=bool)
-        else:
-            mask = np.asarray(mask)
-            if mask.shape != (self.num_envs,) or mask.dtype != np.bool_:
-                raise ValueError(f"options['reset_mask'] must be a bool array of shape ({self.num_envs},), got {mask!r}")
-            if seed is not None:
-                super().reset(seed=seed)
+        elif seed is not None:
+            super().reset(seed=seed)
         self._restart(mask)
         return self.layout.one_hot(self._tiles), {}
 
@@ -521,11 +517,7 @@ class GridworldVectorEnv(VectorEnv):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         if self._tiles is None:
             raise RuntimeError("call reset() before step()")
-        if self._ended.any():
-            raise RuntimeError(
-                f"sub-environments {np.flatnonzero(self._ended).tolist()} ended their episodes: reset them with "
-                "reset(options={'reset_mask': mask}) before stepping (autoreset mode DISABLED)"
-            )
+        refuse_ended(self._ended)
         actions = np.asarray(actions)
         num_actions = self.layout.num_actions
         # one comparison checks both bounds: negative ints wrap to huge unsigned ones
@@ -537,13 +529,7 @@ class GridworldVectorEnv(VectorEnv):
         truncated = self._elapsed >= self.horizon
         obs = self.layout.one_hot(self._tiles)
         done = terminated | truncated
-        infos: dict[str, Any] = {}
-        if self.autoreset_mode is AutoresetMode.DISABLED:
-            self._ended[:] = done
-        elif done.any():
-            infos = final_obs_info(obs, done)
-            self._restart(done)
-            obs[done] = self.layout.one_hot(self._tiles[done])
+        obs, infos = end_step(self, obs, done, lambda: self.layout.one_hot(self._tiles))
         return obs, np.zeros(self.num_envs), terminated, truncated, infos
 
 

@@ -48,7 +48,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from sun_lightning.envs.registry import final_obs_info, torchrl_autoreset_mode
+from sun_lightning.envs.registry import end_step, refuse_ended, reset_mask, torchrl_autoreset_mode
 
 ACTION_TOL = 1e-6  # actions this far outside their bounds are rounding noise and clipped, beyond it an error
 NO_HORIZON = 2**62  # the horizon of a single env's inner vector env: gymnasium's TimeLimit truncates instead
@@ -195,14 +195,9 @@ class MujocoVectorEnv(VectorEnv):
         """
         if seed is not None:
             self.rng = np.random.default_rng(seed)
-        mask = None if options is None else options.get("reset_mask")
+        mask = reset_mask(options, self.num_envs)
         if mask is None or not self._started:
             mask = np.ones(self.num_envs, dtype=bool)
-        else:
-            mask = np.asarray(mask)
-            if mask.shape != (self.num_envs,) or mask.dtype != np.bool_:
-                raise ValueError(f"options['reset_mask'] must be a bool array of shape ({self.num_envs},), "
-                                 f"got {mask!r}")
         self._restart(mask)
         self._started = True
         return self.observe(), {}
@@ -223,11 +218,7 @@ class MujocoVectorEnv(VectorEnv):
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         if not self._started:
             raise RuntimeError("call reset() before step()")
-        if self._ended.any():
-            raise RuntimeError(
-                f"sub-environments {np.flatnonzero(self._ended).tolist()} ended their episodes: reset them with "
-                "reset(options={'reset_mask': mask}) before stepping (autoreset mode DISABLED)"
-            )
+        refuse_ended(self._ended)
         self.ctrl[:] = check_actions(actions, (self.num_envs, self.model.nu), self._action_low, self._action_high,
                                      self.name)
         saved = self.batch.state.copy()
@@ -244,13 +235,7 @@ class MujocoVectorEnv(VectorEnv):
         truncated = self._elapsed >= self.horizon
         terminated = np.zeros(self.num_envs, dtype=bool)
         obs = self.observe()
-        infos: dict[str, Any] = {}
-        if self.autoreset_mode is AutoresetMode.DISABLED:
-            self._ended[:] = truncated
-        elif truncated.any():
-            infos = final_obs_info(obs, truncated)
-            self._restart(truncated)
-            obs = self.observe()
+        obs, infos = end_step(self, obs, truncated, self.observe)
         return obs, np.zeros(self.num_envs), terminated, truncated, infos
 
     def _undo(self, mask: np.ndarray, saved: np.ndarray, add: bool = False) -> None:

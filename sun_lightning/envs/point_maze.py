@@ -40,7 +40,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from sun_lightning.envs.registry import GoalSpace, final_obs_info, register, torchrl_autoreset_mode
+from sun_lightning.envs.registry import GoalSpace, end_step, refuse_ended, register, reset_mask, torchrl_autoreset_mode
 
 HORIZON = 100
 STEP_SCALE = 0.5  # p <- p + 0.5 * a
@@ -290,13 +290,9 @@ class PointMazeVectorEnv(VectorEnv):
         """
         if seed is not None:
             self._generator.manual_seed(seed)
-        mask = None if options is None else options.get("reset_mask")
+        mask = reset_mask(options, self.num_envs)
         if mask is None or self._pos is None:
             mask = np.ones(self.num_envs, dtype=bool)
-        else:
-            mask = np.asarray(mask)
-            if mask.shape != (self.num_envs,) or mask.dtype != np.bool_:
-                raise ValueError(f"options['reset_mask'] must be a bool array of shape ({self.num_envs},), got {mask!r}")
         self._restart(mask)
         return self._pos.cpu().numpy(), {}
 
@@ -311,24 +307,14 @@ class PointMazeVectorEnv(VectorEnv):
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         if self._pos is None:
             raise RuntimeError("call reset() before step()")
-        if self._ended.any():
-            raise RuntimeError(
-                f"sub-environments {np.flatnonzero(self._ended).tolist()} ended their episodes: reset them with "
-                "reset(options={'reset_mask': mask}) before stepping (autoreset mode DISABLED)"
-            )
+        refuse_ended(self._ended)
         a = self.dynamics.check_actions(actions, (self.num_envs, self.dynamics.dim))
         self._pos = self.dynamics.move(self._pos, a)
         self._elapsed += 1
         truncated = self._elapsed >= self.horizon
         terminated = np.zeros(self.num_envs, dtype=bool)
         obs = self._pos.cpu().numpy()
-        infos: dict[str, Any] = {}
-        if self.autoreset_mode is AutoresetMode.DISABLED:
-            self._ended[:] = truncated
-        elif truncated.any():
-            infos = final_obs_info(obs, truncated)
-            self._restart(truncated)
-            obs = self._pos.cpu().numpy()
+        obs, infos = end_step(self, obs, truncated, lambda: self._pos.cpu().numpy())
         return obs, np.zeros(self.num_envs), terminated, truncated, infos
 
 

@@ -9,6 +9,7 @@ environment, not in the trainer.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -94,6 +95,44 @@ def torchrl_autoreset_mode(mode: gymnasium.vector.AutoresetMode | str) -> gymnas
     if mode not in (gymnasium.vector.AutoresetMode.SAME_STEP, gymnasium.vector.AutoresetMode.DISABLED):
         raise ValueError(f"autoreset_mode must be SAME_STEP or DISABLED (TorchRL's GymWrapper rejects NEXT_STEP), got {mode}")
     return mode
+
+
+def reset_mask(options: dict[str, Any] | None, num_envs: int) -> np.ndarray | None:
+    """``options["reset_mask"]`` checked (a bool array ``[num_envs]``), or ``None`` when there is none."""
+    mask = None if options is None else options.get("reset_mask")
+    if mask is None:
+        return None
+    mask = np.asarray(mask)
+    if mask.shape != (num_envs,) or mask.dtype != np.bool_:
+        raise ValueError(f"options['reset_mask'] must be a bool array of shape ({num_envs},), got {mask!r}")
+    return mask
+
+
+def refuse_ended(ended: np.ndarray) -> None:
+    """Raise if a DISABLED-autoreset vector env is stepped before its ended sub-environments were reset."""
+    if ended.any():
+        raise RuntimeError(
+            f"sub-environments {np.flatnonzero(ended).tolist()} ended their episodes: reset them with "
+            "reset(options={'reset_mask': mask}) before stepping (autoreset mode DISABLED)"
+        )
+
+
+def end_step(env: Any, obs: np.ndarray, ended: np.ndarray,
+             observe: Callable[[], np.ndarray]) -> tuple[np.ndarray, dict[str, Any]]:
+    """The end of a vector step of the package's vector envs, by their autoreset mode.
+
+    DISABLED marks the ended sub-environments in ``env._ended`` (the next step refuses them until a masked
+    reset); SAME_STEP restarts them now (``env._restart(mask)``) and returns the new observations
+    (``observe()``) with the ended ones' last observations in the info (:func:`final_obs_info`).
+    """
+    if env.autoreset_mode is gymnasium.vector.AutoresetMode.DISABLED:
+        env._ended[:] = ended
+        return obs, {}
+    if not ended.any():
+        return obs, {}
+    infos = final_obs_info(obs, ended)
+    env._restart(ended)
+    return observe(), infos
 
 
 def final_obs_info(obs: np.ndarray, ended: np.ndarray) -> dict[str, Any]:
