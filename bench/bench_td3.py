@@ -22,7 +22,7 @@ def time_updates(config: str, updates: int) -> tuple[float, float]:
 
     from sun_lightning.cli import main
 
-    cli = main(["--config", str(ROOT / config), "--data.total_frames", "20000", "--data.warmup_frames", "20000",
+    cli = main(["--config", str(ROOT / config), "--data.total_frames", "20000", "--data.warmup_frames", "20000", "--data.updates_per_frame", "0",
                 "--metrics.verbose", "false", "--trainer.logger", "false", "--trainer.enable_checkpointing", "false",
                 "--trainer.enable_model_summary", "false"], run=False)
     dm, learner = cli.datamodule, cli.model

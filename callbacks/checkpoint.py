@@ -127,6 +127,9 @@ class FrameCheckpoint(ModelCheckpoint):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if isinstance(exception, NonFiniteLossError) and trainer.datamodule is not None:
             exception.frames = trainer.datamodule.frames
+            if exception.applied:  # the networks took the bad step: the last good state is the last one written
+                exception.checkpoint = self._saved[-1] if self._saved else None
+                return
             self.save(trainer)
             exception.checkpoint = self.last_model_path
 

@@ -28,6 +28,7 @@ from sun_lightning.data import ExplorationDataModule
 from sun_lightning.envs import env_ids
 from sun_lightning.errors import ConfigError, UsageError
 from sun_lightning.learners.base import Learner
+from sun_lightning import precision
 from sun_lightning.mlflow_logger import SUNMLFlowLogger
 from sun_lightning.runtime import quiet_third_party, tune_allocator
 from sun_lightning.tracking import (MLFLOW_DIR, MLFLOW_URI, config_params, method_of, prepare_store, run_name,
@@ -116,6 +117,9 @@ class SUNCLI(LightningCLI):
         parser.add_lightning_class_args(FrameProgressBar, "progress")
         parser.add_lightning_class_args(FrameCheckpoint, "checkpoint")
         parser.add_lightning_class_args(ResultsLogger, "results")
+        parser.add_argument("--auto_bf16", type=bool, default=False,
+                            help="train in bf16-mixed where the device has bf16 matrix units, else 32-true "
+                                 "(an explicit --trainer.precision wins); the TD3 configs set it")
         # The learner gets dimensions and action set from the environment's
         # registration through the DataModule, never the environment itself.
         parser.link_arguments("data", LINKED_GOAL_SPACE, compute_fn=lambda dm: dm.goal_space, apply_on="instantiate")
@@ -154,6 +158,10 @@ class SUNCLI(LightningCLI):
         config = self.config.get(self.subcommand) if self.subcommand else self.config
         if config is None:
             return
+        if config.get("auto_bf16"):
+            config.trainer.precision, line = precision.choose(config.trainer.get("accelerator"),
+                                                              config.trainer.get("precision"))
+            print(line, flush=True)
         # The run's name, <env>-<method>-seed<k> (issue 19), also names its checkpoint folder, so that a later
         # ``--ckpt_path last`` finds it (Lightning resolves ``last`` before any callback's setup).
         # (LightningCLI has resolved ``seed_everything: true`` to the drawn seed by now.)

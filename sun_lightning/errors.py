@@ -138,18 +138,22 @@ def report(error: BaseException, file=None) -> int:
 
 
 class NonFiniteLossError(FloatingPointError):
-    """A loss term became NaN or infinite; raised before its gradient step, so the networks are still the last good ones.
+    """A loss term became NaN or infinite; raised before its gradient step (``applied`` False), so the
+    networks are still the last good ones, or, where the check is read once per training step on an
+    accelerator, after it (``applied`` True: the last good state is the last checkpoint written before).
 
     Attributes:
         term: the loss's metric name (``train/loss/td``, ``train/loss/actor``).
         value: the non-finite value.
         update: the learner's update count when it happened.
+        applied: whether the networks took the bad update's step.
     """
 
-    def __init__(self, term: str, value: float, update: int) -> None:
-        super().__init__(f"{term} is {value} at update {update}: the run stopped before this update's step "
+    def __init__(self, term: str, value: float, update: int, applied: bool = False) -> None:
+        when = "after this update's step" if applied else "before this update's step"
+        super().__init__(f"{term} is {value} at update {update}: the run stopped {when} "
                          "(lower the learning rate, or check the environment's observations for inf/NaN)")
-        self.term, self.value, self.update = term, value, update
+        self.term, self.value, self.update, self.applied = term, value, update, applied
         self.frames: int | None = None  # env frames collected when it happened (set by the checkpoint callback)
         self.checkpoint: str | None = None  # where the last good state was saved
 
@@ -157,5 +161,6 @@ class NonFiniteLossError(FloatingPointError):
         """One line: the loss term, where it happened, and the checkpoint of the last good state."""
         where = f"update {self.update}" + (f", env frame {self.frames}" if self.frames is not None else "")
         saved = f"; the last good state is in {self.checkpoint}" if self.checkpoint else ""
-        return (f"{self.term} became {self.value} at {where}: the run stopped before applying it{saved} "
+        stopped = "after its training step" if self.applied else "before applying it"
+        return (f"{self.term} became {self.value} at {where}: the run stopped {stopped}{saved} "
                 "(lower model.init_args.lr, or check the environment's observations for inf/NaN)")

@@ -112,9 +112,10 @@ def slow_targets(learner: TD3SVF, batch) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_td_lambda_targets_match_a_slow_loop(seed):
+@pytest.mark.parametrize("paths", ["compact", "padded"])
+def test_td_lambda_targets_match_a_slow_loop(seed, paths):
     torch.manual_seed(seed)
-    learner = TD3SVF(SPACE, target_noise=0.0, **SMALL)
+    learner = TD3SVF(SPACE, target_noise=0.0, paths=paths, **SMALL)
     with torch.no_grad():  # targets apart from the online networks, values of a useful size
         for p in [*learner.critic_target.parameters(), *learner.actor_target.parameters()]:
             p.add_(0.3 * torch.randn_like(p))
@@ -132,9 +133,9 @@ def test_target_smoothing_noise_is_clipped(monkeypatch):
     seen = []
     critic = learner.critic_target.forward
 
-    def spy(obs, action, goal):
-        seen.append(action - learner.actor_target(obs, goal))
-        return critic(obs, action, goal)
+    def spy(obs, action, goal, goal_index=None):
+        seen.append(action - learner.actor_target(obs, goal, goal_index))
+        return critic(obs, action, goal, goal_index)
 
     monkeypatch.setattr(learner.critic_target, "forward", spy)
     monkeypatch.setattr(torch, "randn_like", lambda x: torch.full_like(x, 100.0))  # huge draws: clipped at 0.5
@@ -198,11 +199,12 @@ def test_actor_and_critic_classes_take_their_encoders():
 
 
 # ---- the 4-critic ensemble of DISCOVER / AdaGoal ------------------------------------------------------------
-def test_ensemble_members_learn_their_own_batches_with_their_own_targets():
+@pytest.mark.parametrize("paths", ["compact", "padded"])
+def test_ensemble_members_learn_their_own_batches_with_their_own_targets(paths):
     from sun_lightning.learners.ensemble_td3 import EnsembleTD3SVF
 
     torch.manual_seed(0)
-    learner = EnsembleTD3SVF(SPACE, target_noise=0.0, **SMALL)
+    learner = EnsembleTD3SVF(SPACE, target_noise=0.0, paths=paths, **SMALL)
     assert learner.batches_per_update == 4
     for p, t in zip(learner.critic.parameters(), learner.critic_target.parameters()):
         assert p.shape[0] == 4 and torch.equal(p.detach(), t)

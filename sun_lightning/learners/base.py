@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Protocol
 
 import lightning.pytorch as pl
@@ -99,6 +99,13 @@ class Learner(pl.LightningModule):
         self.goal_space = goal_space
         self.automatic_optimization = False
         self.updates = 0  # learner updates, counted here: global_step counts optimizer steps
+        self._unchecked: list[tuple[str, int, torch.Tensor]] = []  # losses whose finiteness is read later (CUDA)
+
+    def inference_context(self) -> AbstractContextManager:
+        """The trainer's precision context (bf16 autocast under ``--trainer.precision bf16-mixed``), for the
+        evaluations outside ``training_step``: acting and goal selection (:mod:`sun_lightning.precision`)."""
+        trainer = self._trainer
+        return nullcontext() if trainer is None else trainer.precision_plugin.forward_context()
 
     def check_goal(self, goal: torch.Tensor) -> None:
         """Raise a ValueError naming the shape of a goal ``[..., goal_dim]`` that does not fit the goal space."""
@@ -152,6 +159,7 @@ class Learner(pl.LightningModule):
         """The updates of one collected vector step, one per batch (``ExplorationDataModule.stream``)."""
         for batch in batches:
             self.update(batch)
+        self.flush_finite_checks()
 
     def pop_train_metrics(self) -> dict[str, float]:
         """Means of the training statistics since the last call (``train/...`` names)."""
@@ -160,11 +168,18 @@ class Learner(pl.LightningModule):
     def check_finite(self, term: str, loss: torch.Tensor) -> None:
         """Stop with :class:`~sun_lightning.errors.NonFiniteLossError` before a NaN/inf ``loss`` reaches the networks.
 
-        Called before every gradient step (one host read per loss: nothing next to an update's cost on CPU).
+        Called before every gradient step. On the CPU (and under DDP) the loss is read at once: one host
+        read per loss, nothing next to an update's cost. On an accelerator a read per loss would stall the
+        device queue every update, so the losses of a training step are read together at its end
+        (:meth:`flush_finite_checks`): the run then stops after that step, with the bad update applied.
         """
-        value = float(loss.detach())
         trainer = self._trainer
-        if trainer is not None and getattr(trainer, "world_size", 1) > 1:
+        distributed = trainer is not None and getattr(trainer, "world_size", 1) > 1
+        if self.defers_checks(loss.device) and not distributed:
+            self._unchecked.append((term, self.updates, loss.detach()))
+            return
+        value = float(loss.detach())
+        if distributed:
             # Under DDP every rank must stop at the same update, or the others wait in the next all-reduce.
             strategy = trainer.strategy
             bad = torch.tensor([0.0 if math.isfinite(value) else 1.0], device=strategy.root_device)
@@ -172,6 +187,21 @@ class Learner(pl.LightningModule):
                 value = math.nan  # another rank's loss (each rank's message names the same update)
         if not math.isfinite(value):
             raise NonFiniteLossError(term, value, self.updates)
+
+    @staticmethod
+    def defers_checks(device: torch.device) -> bool:
+        """Whether :meth:`check_finite` reads losses once per training step (accelerators) rather than at once."""
+        return device.type != "cpu"
+
+    def flush_finite_checks(self) -> None:
+        """Read the losses :meth:`check_finite` deferred (one host read for all), raising on the first non-finite one."""
+        if not self._unchecked:
+            return
+        pending, self._unchecked = self._unchecked, []
+        values = torch.stack([loss.float().reshape(()) for _, _, loss in pending]).tolist()
+        for (term, update, _), value in zip(pending, values):
+            if not math.isfinite(value):
+                raise NonFiniteLossError(term, value, update, applied=True)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["sun_updates"] = self.updates

@@ -137,10 +137,18 @@ class DQNSVF(Learner):
     @torch.no_grad()
     def action_values(self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor) -> torch.Tensor:
         """Q(s, ·, g_s, g_a) ``[B, |A|]``: the values the ε-greedy policy acts on."""
-        return self.q(obs, goal, goal_action=goal_action)
+        with self.inference_context():
+            return self.q(obs, goal, goal_action=goal_action)
 
     @torch.no_grad()
     def goal_values(
+        self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None = None,
+        goal_keys: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        with self.inference_context():
+            return self._goal_values(obs, goal, goal_action, goal_keys)
+
+    def _goal_values(
         self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None = None,
         goal_keys: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -116,7 +116,8 @@ class EnsembleDQNSVF(DQNSVF):
     @torch.no_grad()
     def action_values(self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None) -> torch.Tensor:
         """min_i Q_i(s, a, g_s, g_a) for every action a, ``[B, |A|]``: the ensemble acts pessimistically (paper appendix)."""
-        q = self.members_forward(self.q, obs, goal, shared_inputs=True)  # [E, B, A, A]
+        with self.inference_context():
+            q = self.members_forward(self.q, obs, goal, shared_inputs=True)  # [E, B, A, A]
         return _at_goal_action(q, goal_action).amin(0)
 
     @torch.no_grad()
@@ -127,7 +128,8 @@ class EnsembleDQNSVF(DQNSVF):
         """V_i(s, g) = max_a Q_i(s, a, g_s, g_a) of every member ``[E, B, K]`` (SPEC §3), and the pessimistic
         acting values min_i Q_i(s, ·, g_s, g_a) ``[B, K, |A|]`` (``goal_keys`` unused)."""
         b, k = goal.shape[:2]
-        q = self.members_forward(self.q, obs.unsqueeze(1).expand(b, k, obs.shape[-1]), goal, shared_inputs=True)
+        with self.inference_context():
+            q = self.members_forward(self.q, obs.unsqueeze(1).expand(b, k, obs.shape[-1]), goal, shared_inputs=True)
         q = _at_goal_action(q, goal_action)  # [E, B, K, A]
         return q.amax(-1), q.amin(0)
 

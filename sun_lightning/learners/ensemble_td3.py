@@ -16,7 +16,6 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 from torch.func import functional_call
-from torch.nn import functional as F
 
 from sun_lightning import keys
 from sun_lightning.envs.registry import GoalSpace
@@ -61,10 +60,15 @@ class EnsembleTD3SVF(TD3SVF):
         """One relabelled batch per member."""
         return self.ensemble_size
 
-    def member(self, net: nn.Module, e: int, obs: torch.Tensor, action: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
-        """Member e of the stacked critic ``net`` (online or target) on its own inputs."""
-        params = {name: p[e] for name, p in net.named_parameters()}
-        return functional_call(net, params, (obs, action, goal))
+    def members(self, net: nn.Module, obs: torch.Tensor, action: torch.Tensor, goal: torch.Tensor,
+                goal_index: torch.Tensor | None = None) -> torch.Tensor:
+        """Every member of the stacked critic ``net`` (online or target) on its own inputs ``[E, ...]``: one
+        vmapped call, whose matrix products run batched over the members."""
+        def one(params: dict, o: torch.Tensor, a: torch.Tensor, g: torch.Tensor, i: torch.Tensor | None) -> torch.Tensor:
+            return functional_call(net, params, (o, a, g, i))
+
+        in_dims = (0, 0, 0, 0, None if goal_index is None else 0)
+        return torch.vmap(one, in_dims=in_dims)(dict(net.named_parameters()), obs, action, goal, goal_index)
 
     def critic_values(self, obs: torch.Tensor, action: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
         """Every member's Q(s, a, g) on the same inputs, ``[E, ...]``: one vmapped forward."""
@@ -75,21 +79,39 @@ class EnsembleTD3SVF(TD3SVF):
 
     # ---- learning ---------------------------------------------------------------------
     def critic_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
-        """Σ_e of member e's MSE on its own batch against its own target critic; statistics are member averages."""
+        """Σ_e of member e's MSE on its own batch against its own target critic; statistics are member averages.
+
+        All members' targets, values and gradients come from batched calls over the member axis."""
         e = self.ensemble_size
         if batch.batch_dims != 2 or batch.batch_size[0] != e:
             raise ValueError(f"EnsembleTD3SVF needs one batch per member stacked as [{e}, N], got {tuple(batch.batch_size)}")
-        losses, stats = [], []
-        for m in range(e):
-            rows = batch[m]
-            target, steps = self.td_targets(rows, partial(self.member, self.critic_target, m))
-            q = self.member(self.critic, m, rows[keys.OBS], rows[keys.ACTION], rows[keys.GOAL])
-            loss = F.mse_loss(q, target)
-            losses.append(loss)
-            stats.append(torch.stack([loss.detach(), q.detach().mean(), target.mean(), steps]))
-        return torch.stack(losses).sum(), torch.stack(stats).mean(0)
+        target, steps = self.td_targets(batch)
+        q = self.members(self.critic, batch[keys.OBS], batch[keys.ACTION], batch[keys.GOAL])
+        member_loss = (q - target).square().mean(-1)
+        return member_loss.sum(), torch.stack([member_loss.detach().mean(), q.detach().mean(), target.mean(), steps])
+
+    def path_bootstraps(self, next_obs: torch.Tensor, goal: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
+        """B_j of member e's rows from member e's target critic (and the shared target actor), ``[E, N, H]``."""
+        critic = partial(self.members, self.critic_target)
+        e, n, h = need.shape
+        if self.padded(next_obs.device):
+            row = torch.arange(n, device=need.device).repeat_interleave(h).expand(e, n * h)
+            values = self.target_values(next_obs.flatten(1, 2), goal, row, critic)
+            return torch.where(need, values.view(need.shape), 0.0)
+        # Each member's steps that need a bootstrap, laid out [E, L] (L: the most of any member; the
+        # shorter members padded with their row 0), so that the members' critics run as one batched call.
+        counts = need.flatten(1).sum(1)
+        member, row, step = need.nonzero(as_tuple=True)  # member-major
+        position = torch.arange(member.numel(), device=member.device) - (torch.cumsum(counts, 0) - counts)[member]
+        length = int(counts.max())
+        obs = next_obs.new_zeros(e, length, next_obs.shape[-1])
+        obs[member, position] = next_obs[member, row, step]
+        rows = torch.zeros(e, length, dtype=torch.long, device=need.device)
+        rows[member, position] = row
+        values = self.target_values(obs, goal, rows, critic)
+        bootstrap = torch.zeros(need.shape, dtype=torch.float32, device=need.device)
+        return bootstrap.index_put_((member, row, step), values[member, position])
 
     def actor_loss(self, batch: TensorDictBase) -> torch.Tensor:
         """−(1/E) Σ_e Q_e(s, π(s, g), g) over member 0's rows."""
         return super().actor_loss(batch[0])
-

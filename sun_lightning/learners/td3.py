@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from typing import Literal
 
 import torch
 from tensordict import TensorDictBase
@@ -50,6 +51,10 @@ class TD3SVF(Learner):
         future_fraction: share of rows relabelled with a future goal (0.5).
         hidden, features, maxout_width, maxout_pieces, head_width: the networks' widths (256, 64, 1024, 4, 256).
         rbf_centres: RBF tiles per input dimension (SPEC §5c).
+        paths: how the targets' bootstraps are laid out: ``compact`` (only the path steps that need one:
+            fewest rows, a data-dependent shape), ``padded`` (every step of ``[batch_size, horizon]``, masked:
+            fixed shapes and no host sync, for CUDA and graph capture) or ``auto`` (padded on CUDA, compact on
+            CPU). Both give the same targets.
     """
 
     ddp_find_unused_parameters = True  # the critic's step leaves the actor out, and the actor's the critic
@@ -77,6 +82,7 @@ class TD3SVF(Learner):
         maxout_pieces: int = 4,
         head_width: int = 256,
         rbf_centres: int = 20,
+        paths: Literal["auto", "compact", "padded"] = "auto",
     ) -> None:
         super().__init__(goal_space)
         if goal_space.discrete:
@@ -85,6 +91,8 @@ class TD3SVF(Learner):
             raise ValueError(f"need 0 < gamma < 1 and 0 <= lam <= 1, got gamma={gamma}, lam={lam}")
         if policy_delay < 1:
             raise ValueError(f"policy_delay must be >= 1, got {policy_delay}")
+        if paths not in ("auto", "compact", "padded"):
+            raise ValueError(f"paths must be 'auto', 'compact' or 'padded', got {paths!r}")
         self.save_hyperparameters(ignore=["goal_space"])
         self.sampler = FutureGoalSampler(batch_size, horizon, future_fraction)
         self.obs_stats = RunningMeanStd(goal_space.obs_dim)
@@ -123,7 +131,8 @@ class TD3SVF(Learner):
     def act(self, obs: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
         """π(s, g) ``[B, action_dim]``, the acting policy's mean action."""
         self.check_goal(goal)
-        return self.actor(obs, goal)
+        with self.inference_context():
+            return self.actor(obs, goal)
 
     @torch.no_grad()
     def goal_values(
@@ -133,7 +142,8 @@ class TD3SVF(Learner):
         """V(s, g) = Q(s, π(s, g), g) of K candidates per state ``[B, K]`` (``[E, B, K]`` for ensembles; SPEC §3, §5b)."""
         self.check_goal(goal)
         obs = obs.unsqueeze(1).expand(*goal.shape[:2], obs.shape[-1])
-        return self.critic_values(obs, self.actor(obs, goal), goal), None
+        with self.inference_context():
+            return self.critic_values(obs, self.actor(obs, goal), goal), None
 
     def critic_values(self, obs: torch.Tensor, action: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
         """Q(s, a, g) of the online critic (every member's, ``[E, ...]``, for ensembles)."""
@@ -142,8 +152,8 @@ class TD3SVF(Learner):
     # ---- learning ---------------------------------------------------------------------
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         hp = self.hparams
-        return [torch.optim.AdamW(self.critic.parameters(), lr=hp.lr, weight_decay=hp.weight_decay, foreach=True),
-                torch.optim.AdamW(self.actor.parameters(), lr=hp.lr, weight_decay=hp.weight_decay, foreach=True)]
+        return [torch.optim.AdamW(self.critic.parameters(), lr=hp.lr, weight_decay=hp.weight_decay, fused=True),
+                torch.optim.AdamW(self.actor.parameters(), lr=hp.lr, weight_decay=hp.weight_decay, fused=True)]
 
     def update(self, batch: TensorDictBase) -> None:
         """One TD3 update: the critic's step; every ``policy_delay`` updates the actor's; the targets' Polyak steps."""
@@ -172,7 +182,7 @@ class TD3SVF(Learner):
         """MSE of Q(s_t, a_t, g) against the TD(λ) target, and its statistics ``[len(TRAIN_STATS)]``."""
         target, steps = self.td_targets(batch)
         q = self.critic(batch[keys.OBS], batch[keys.ACTION], batch[keys.GOAL])
-        loss = F.mse_loss(q, target)
+        loss = F.mse_loss(q, target)  # both float32 (the critic's softplus output is)
         return loss, torch.stack([loss.detach(), q.detach().mean(), target.mean(), steps])
 
     def actor_loss(self, batch: TensorDictBase) -> torch.Tensor:
@@ -181,39 +191,62 @@ class TD3SVF(Learner):
         return -self.critic_values(obs, self.actor(obs, goal), goal).mean()
 
     @torch.no_grad()
-    def td_targets(self, batch: TensorDictBase, critic_target_fn=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The TD(λ) target of each row along its path ``[N]``, and the mean path length of its future rows.
+    def td_targets(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """The TD(λ) target of each row along its path ``[..., N]``, and the mean path length of its future rows.
 
         Along a row's path of k steps (``PATH_VALID``), step j leads to s'_j: reward r_j = 1 and terminal
         where s'_j reaches the goal (the environment's reach rule), terminal where the episode terminated,
         bootstrap B_j = Q'(s'_j, clip(π'(s'_j, g) + clip(ε, −c, c), −1, 1), g) with ε ~ N(0, σ²). Then
         G_{k−1} = r + γ(1 − d)B and G_j = r_j + γ(1 − d_j)((1 − λ)B_j + λG_{j+1}); the target is G_0.
+        Returns, rewards and bootstraps are float32 whatever the autocast dtype of the networks.
 
         Args:
-            batch: rows ``[N]`` of :class:`~sun_lightning.replay.future.FutureGoalSampler`.
-            critic_target_fn: Q' as ``(obs, action, goal) -> values``; the target critic by default
-                (ensemble members pass their own).
+            batch: rows ``[N]`` of :class:`~sun_lightning.replay.future.FutureGoalSampler` (``[E, N]`` for
+                an ensemble: member e's rows bootstrap from its own target critic).
         """
-        critic_target_fn = critic_target_fn or self.critic_target
         hp = self.hparams
         goal, valid = batch[keys.GOAL], batch[keys.PATH_VALID]
         next_obs = batch[keys.PATH_NEXT_OBS]
-        n, h = valid.shape
-        path_goal = goal.unsqueeze(1).expand(n, h, goal.shape[-1])
+        path_goal = goal.unsqueeze(-2).expand(*valid.shape, goal.shape[-1])
         reward = goal_reached(self.goal_space, self.goal_space.project(next_obs), None, path_goal, None)
         done = reward | batch[keys.PATH_TERMINATED]
         # Bootstraps only where a path step needs one: on the path, not terminal.
-        need = (valid & ~done).nonzero(as_tuple=True)
-        s, g = next_obs[need], path_goal[need]
-        action = self.actor_target(s, g)
-        noise = (torch.randn_like(action) * hp.target_noise).clamp(-hp.target_noise_clip, hp.target_noise_clip)
-        bootstrap = torch.zeros(n, h, dtype=next_obs.dtype, device=next_obs.device)
-        bootstrap[need] = critic_target_fn(s, (action + noise).clamp(-1.0, 1.0), g)
-        cont = torch.cat([valid[:, 1:], torch.zeros_like(valid[:, :1])], 1)  # the trace runs on along the path
-        target = watkins_lambda_returns(reward.float(), done.float(), bootstrap, cont.float(), hp.gamma, hp.lam)[:, 0]
+        bootstrap = self.path_bootstraps(next_obs, goal, valid & ~done)
+        cont = torch.cat([valid[..., 1:], torch.zeros_like(valid[..., :1])], -1)  # the trace runs on along the path
+        target = watkins_lambda_returns(reward.float(), done.float(), bootstrap, cont.float(), hp.gamma, hp.lam)[..., 0]
         future = batch[keys.FUTURE].float()
         steps = (valid.sum(-1) * future).sum() / future.sum().clamp(min=1.0)  # no host sync
         return target, steps
+
+    def padded(self, device: torch.device) -> bool:
+        """Whether bootstraps are computed on every path step ``[N, T_max]`` (fixed shapes, no host sync: CUDA)
+        rather than on the steps that need one (fewer rows: CPU); ``paths`` decides, ``auto`` by device."""
+        paths = self.hparams.paths
+        return paths == "padded" or (paths == "auto" and device.type != "cpu")
+
+    def path_bootstraps(self, next_obs: torch.Tensor, goal: torch.Tensor, need: torch.Tensor) -> torch.Tensor:
+        """B_j of :meth:`td_targets` where ``need`` ``[N, H]``, else 0: float32 ``[N, H]`` (``goal``: each row's ``[N, G]``)."""
+        n, h = need.shape
+        if self.padded(next_obs.device):
+            row = torch.arange(n, device=need.device).repeat_interleave(h)
+            values = self.target_values(next_obs.flatten(0, 1), goal, row, self.critic_target)
+            return torch.where(need, values.view(n, h), 0.0)
+        steps = need.nonzero(as_tuple=True)
+        bootstrap = torch.zeros(need.shape, dtype=torch.float32, device=need.device)
+        return bootstrap.index_put_(steps, self.target_values(next_obs[steps], goal, steps[0], self.critic_target))
+
+    def target_values(self, obs: torch.Tensor, goal: torch.Tensor, goal_index: torch.Tensor, critic) -> torch.Tensor:
+        """Q'(s, clip(π'(s, g) + clip(ε, −c, c), −1, 1), g) in float32: the target actor with TD3's smoothing noise.
+
+        Args:
+            obs: states ``[..., L, obs_dim]``.
+            goal: a goal table ``[..., R, goal_dim]``; ``goal_index`` ``[..., L]`` gives each state's row.
+            critic: Q' as ``(obs, action, goal, goal_index) -> values``.
+        """
+        hp = self.hparams
+        action = self.actor_target(obs, goal, goal_index)
+        noise = (torch.randn_like(action) * hp.target_noise).clamp(-hp.target_noise_clip, hp.target_noise_clip)
+        return critic(obs, (action + noise).clamp(-1.0, 1.0), goal, goal_index).float()
 
     def pop_train_metrics(self) -> dict[str, float]:
         out = self.stats.pop()

@@ -178,12 +178,14 @@ class GoalQNetwork(nn.Module):
         # not the matmuls, dominate an update on CPU. Neither op's backward
         # needs the overwritten values.
         pre = pre_s.add_(pre_g) if pre_s.shape == pre_g.shape else pre_s + pre_g
-        if pre.dim() == 2 and not _is_batched(pre):  # vmap has no batching rule for addmm_ (slow fallback)
+        if pre.dim() == 2 and not _is_batched(pre) and pre.dtype == w_p.dtype:
+            # (vmap has no batching rule for addmm_, and in-place ops do not autocast)
             pre = pre.addmm_(f_s * f_g, w_p.t())  # accumulates in the GEMM: no copy of pre
         else:
             pre = pre + F.linear(f_s * f_g, w_p)
         h = self.maxout.reduce(pre)
-        q = self.head(h).unflatten(-1, (self.num_actions, self.num_actions))
+        # float32 from here (TD(λ) returns, losses, selection scores) also under bf16 autocast
+        q = self.head(h).float().unflatten(-1, (self.num_actions, self.num_actions))
         if goal_action is None:
             return q
         return q.gather(-1, goal_action.long()[..., None, None].expand(*q.shape[:-1], 1)).squeeze(-1)

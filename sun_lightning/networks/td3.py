@@ -22,6 +22,15 @@ def branch(in_features: int, hidden: int = 256, out_features: int = 64) -> nn.Se
                          nn.Linear(hidden, out_features))
 
 
+def rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``table[..., index[...], :]``: rows ``index`` ``[L]`` (or ``[B, L]``) of ``table`` ``[R, C]`` (``[B, R, C]``)."""
+    if index.dim() == 1 and table.dim() == 2:
+        return F.embedding(index, table)  # the fastest row gather on CPU (bf16 index_select is not vectorized)
+    if index.dim() == 1:
+        return table.index_select(-2, index)
+    return table.gather(-2, index.unsqueeze(-1).expand(*index.shape, table.shape[-1]))
+
+
 class TwoBranchNet(nn.Module):
     """``head(maxout(concat(f_1, f_g, f_1 ⊙ f_g)))`` with ``f_1 = branch(x_1)``, ``f_g = branch(x_g)``.
 
@@ -45,8 +54,14 @@ class TwoBranchNet(nn.Module):
         self.head = nn.Sequential(nn.LayerNorm(maxout_width), nn.LeakyReLU(), nn.Linear(maxout_width, head_width),
                                   nn.LeakyReLU(), nn.Linear(head_width, out_features))
 
-    def forward(self, x_1: torch.Tensor, x_g: torch.Tensor) -> torch.Tensor:
+    def forward(self, x_1: torch.Tensor, x_g: torch.Tensor, goal_index: torch.Tensor | None = None) -> torch.Tensor:
+        """``[..., out_features]`` of first inputs ``[..., F]`` and goal inputs ``[..., G]``, or, with
+        ``goal_index`` ``[...]``, of a goal table ``[R, G]`` whose rows ``goal_index`` pairs with the first inputs
+        (the TD targets' paths: one goal for all steps of a row, whose goal branch then runs once).
+        """
         f_1, f_g = self.first(x_1), self.goal(x_g)
+        if goal_index is not None:
+            f_g = rows(f_g, goal_index)
         return self.head(self.maxout(torch.cat([f_1, f_g, f_1 * f_g], -1)))
 
 
@@ -74,10 +89,13 @@ class GoalCritic(nn.Module):
         nn.init.normal_(out.weight, std=0.01)
         nn.init.constant_(out.bias, init_bias)
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
-        """``[...]`` values of states ``[..., obs_dim]``, actions ``[..., action_dim]``, goals ``[..., goal_dim]``."""
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, goal: torch.Tensor,
+                goal_index: torch.Tensor | None = None) -> torch.Tensor:
+        """``[...]`` values of states ``[..., obs_dim]``, actions ``[..., action_dim]``, goals ``[..., goal_dim]``
+        (or a goal table ``[R, goal_dim]`` and each state's row in it, ``goal_index`` ``[...]``)."""
         x = torch.cat([self.obs_encoder(obs), action.to(obs.dtype)], -1)
-        return F.softplus(self.net(x, self.goal_encoder(goal))).squeeze(-1)
+        # The softplus and what follows (TD(λ) returns, losses) in float32 also under bf16 autocast.
+        return F.softplus(self.net(x, self.goal_encoder(goal), goal_index).float()).squeeze(-1)
 
 
 class GoalActor(nn.Module):
@@ -94,5 +112,6 @@ class GoalActor(nn.Module):
         self.obs_encoder, self.goal_encoder = obs_encoder, goal_encoder
         self.net = TwoBranchNet(obs_encoder.out_features, goal_encoder.out_features, action_dim, **sizes)
 
-    def forward(self, obs: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.net(self.obs_encoder(obs), self.goal_encoder(goal)))
+    def forward(self, obs: torch.Tensor, goal: torch.Tensor, goal_index: torch.Tensor | None = None) -> torch.Tensor:
+        """Actions ``[..., action_dim]`` (float32) of states and goals as :meth:`GoalCritic.forward` takes them."""
+        return torch.tanh(self.net(self.obs_encoder(obs), self.goal_encoder(goal), goal_index).float())
