@@ -1,63 +1,113 @@
-"""TD3 variant throughput (SPEC §5b): updates/s of the learner alone and whole-run frames/s of a config.
+"""TD3 variant throughput (SPEC §5b): one update of the single learner and of its 4-critic ensemble, in float32
+and bf16 autocast, side by side; optionally whole-run frames/s of each precision.
 
-The update is timed on batches drawn from a PointMaze replay storage filled by random exploration
-(paths to future goals up to T_max = 50 steps long, as in a run); the whole run is a full ``fit`` of
-the config in a fresh process (``loop_driver.py``), learning phase only.
+The update is timed on batches drawn from the config's replay storage filled by random exploration
+(paths to future goals up to T_max = 50 steps long, as in a run), at the paper's sizes (batch 256,
+maxout 4 × 1024). The whole run is a full ``fit`` of the config in a fresh process (``loop_driver.py``),
+learning phase only, with ``--trainer.precision`` set to each precision.
 
-Usage: python bench/bench_td3.py [--config conf/point_maze_s.yaml] [--updates 30] [--frames 2000] [--threads 2]
+Usage: python bench/bench_td3.py [--configs conf/point_maze_s.yaml conf/antmaze.yaml] [--updates 20]
+       [--device cpu|cuda] [--threads 2] [--frames 0]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
+from contextlib import nullcontext
 
 from bench_training_loop import ROOT, run_once
 
+PRECISIONS = ("32-true", "bf16-mixed")
 
-def time_updates(config: str, updates: int) -> tuple[float, float]:
-    """Seconds per TD3 update and the mean path length of the future rows, on a storage of random walks."""
-    import torch
 
+def prepare(config: str, device: str):
+    """A TD3 learner and its DataModule after a warm-up of random exploration (D filled, no update)."""
     from sun_lightning.cli import main
 
-    cli = main(["--config", str(ROOT / config), "--data.total_frames", "20000", "--data.warmup_frames", "20000", "--data.updates_per_frame", "0",
-                "--metrics.verbose", "false", "--trainer.logger", "false", "--trainer.enable_checkpointing", "false",
-                "--trainer.enable_model_summary", "false"], run=False)
-    dm, learner = cli.datamodule, cli.model
-    cli.trainer.fit(learner, datamodule=dm)  # all warm-up: fills D with random exploration, no update
-    critic_opt, actor_opt = learner.configure_optimizers()
-    learner.optimizers = lambda: (critic_opt, actor_opt)
+    cli = main(["--config", str(ROOT / config), "--data.total_frames", "20000", "--data.warmup_frames", "20000",
+                "--data.updates_per_frame", "0", "--trainer.accelerator", "gpu" if device == "cuda" else "cpu",
+                "--trainer.devices", "1", "--metrics.verbose", "false", "--trainer.logger", "false",
+                "--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false"], run=False)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    return cli.model.to(cli.datamodule.storage.device), cli.datamodule  # (fit ends with the module on the CPU)
+
+
+def standalone(learner):
+    """The learner stepped outside the Trainer: its own optimizers and a plain backward."""
+    opts = learner.configure_optimizers()
+    learner.optimizers = lambda: opts
     learner.manual_backward = lambda loss, **kwargs: loss.backward(**kwargs)
-    batches = [dm.sampler.sample(dm.storage, dm.scale()) for _ in range(8)]
-    for b in batches[:3]:
-        learner.update(b)
-    start = time.perf_counter()
-    for i in range(updates):
-        learner.update(batches[i % len(batches)])
-    seconds = (time.perf_counter() - start) / updates
-    future = torch.stack([b["future"] for b in batches])
-    steps = torch.stack([b["path_valid"].sum(-1) for b in batches])[future].float().mean()
-    return seconds, float(steps)
+    return learner
+
+
+def time_updates(learner, dm, updates: int, precision: str, device: str) -> float:
+    """Median seconds per update (after 3 untimed ones) on 8 batches drawn from D, cycled."""
+    import torch
+
+    m = learner.batches_per_update
+    batches = [dm.sampler.sample(dm.storage, dm.scale(), count=m if m > 1 else None) for _ in range(8)]
+    context = (lambda: torch.autocast(device, dtype=torch.bfloat16)) if precision == "bf16-mixed" else nullcontext
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    times = []
+    for i in range(updates + 3):
+        sync()
+        start = time.perf_counter()
+        with context():
+            learner.update(batches[i % len(batches)])
+        learner.flush_finite_checks()
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[3:])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default="conf/point_maze_s.yaml")
-    parser.add_argument("--updates", type=int, default=30)
-    parser.add_argument("--frames", type=int, default=2000, help="learning frames of the whole-run measurement")
+    parser.add_argument("--configs", nargs="+", default=["conf/point_maze_s.yaml", "conf/antmaze.yaml"])
+    parser.add_argument("--updates", type=int, default=20)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--frames", type=int, default=0, help="learning frames of a whole-run measurement (0: none)")
     args = parser.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import torch
 
+    from sun_lightning.learners.ensemble_td3 import EnsembleTD3SVF
+    from sun_lightning.precision import bf16_units
+
     torch.set_num_threads(args.threads)
-    seconds, steps = time_updates(args.config, args.updates)
-    out = run_once(ROOT, args.config, 1000, args.frames, args.threads, [])
-    print(f"{args.config}, {args.threads} threads")
-    print(f"TD3 update (batch 256, mean future path {steps:.1f} steps): {seconds * 1000:.1f} ms, {1 / seconds:.1f} updates/s")
-    print(f"whole run: {out['frames'] / out['seconds']:.1f} env frames/s, {out['updates'] / out['seconds']:.1f} updates/s")
+    print(f"device {args.device}, {args.threads} threads; bf16 matrix units: {bf16_units(args.device) or 'none'}")
+    rows = []
+    for config in args.configs:
+        single, dm = prepare(config, args.device)
+        torch.manual_seed(0)
+        hp = {k: v for k, v in single.hparams.items() if k != "goal_space" and not k.startswith("_")}
+        ensemble = EnsembleTD3SVF(single.goal_space, **hp).to(single.device)
+        ensemble.obs_stats.load_state_dict(single.obs_stats.state_dict())
+        for name, learner in (("single", standalone(single)), ("ensemble of 4", standalone(ensemble))):
+            for precision in PRECISIONS:
+                ms = 1000 * time_updates(learner, dm, args.updates, precision, args.device)
+                rows.append((config, name, precision, ms))
+                print(f"{config:<24s} {name:<14s} {precision:<11s} {ms:8.1f} ms/update {1000 / ms:7.1f} updates/s",
+                      flush=True)
+        if args.frames:
+            for precision in PRECISIONS:
+                extra = ["--trainer.precision", precision]
+                if args.device == "cuda":
+                    extra += ["--trainer.accelerator", "gpu", "--trainer.devices", "1"]
+                out = run_once(ROOT, config, 1000, args.frames, args.threads, extra)
+                print(f"{config:<24s} whole run      {precision:<11s} {out['frames'] / out['seconds']:8.1f} env frames/s "
+                      f"{out['updates'] / out['seconds']:7.1f} updates/s", flush=True)
+    print("\nsummary (ms per update):")
+    for config in args.configs:
+        got = {(name, p): ms for c, name, p, ms in rows if c == config}
+        single32, single16 = got[("single", PRECISIONS[0])], got[("single", PRECISIONS[1])]
+        ens16 = got[("ensemble of 4", PRECISIONS[1])]
+        print(f"{config}: single fp32 {single32:.1f}, bf16 {single16:.1f} ({single32 / single16:.2f}x); "
+              f"ensemble fp32 {got[('ensemble of 4', PRECISIONS[0])]:.1f}, bf16 {ens16:.1f} "
+              f"(ensemble / single in bf16: {ens16 / single16:.2f}x)")
 
 
 if __name__ == "__main__":

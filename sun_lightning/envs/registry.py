@@ -72,9 +72,12 @@ class GoalSpace:
 
     def project(self, obs: torch.Tensor) -> torch.Tensor:
         """Goal projection g_s of a batch of observations ``[..., obs_dim]``."""
-        if self.goal_dims is None:
+        dims = self.goal_dims
+        if dims is None:
             return obs
-        return obs[..., list(self.goal_dims)]
+        if dims == tuple(range(dims[0], dims[0] + len(dims))):
+            return obs[..., dims[0]:dims[0] + len(dims)]  # a view: no index tensor to copy to the device
+        return obs[..., list(dims)]
 
     def tile(self, goal: torch.Tensor) -> torch.Tensor:
         """Tile index of a one-hot gridworld goal ``[..., obs_dim]`` (exact spaces only)."""

@@ -54,10 +54,8 @@ class RunningMeanStd(nn.Module):
 
     @property
     def var(self) -> Tensor:
-        """Population variance (``ddof=0``); 1 before any data is seen."""
-        if self.count <= 0:
-            return torch.ones_like(self.m2)
-        return self.m2 / self.count
+        """Population variance (``ddof=0``); 1 before any data is seen (no host read: safe in captured CUDA code)."""
+        return torch.where(self.count > 0, self.m2 / self.count.clamp(min=1.0), 1.0)
 
     @property
     def std(self) -> Tensor:
@@ -241,5 +239,9 @@ class StandardizedRBF(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         mean, std = self.stats.mean, self.stats.std
         if self.dims is not None:
-            mean, std = mean[self.dims], std[self.dims]
+            dims = self.dims
+            if dims == list(range(dims[0], dims[0] + len(dims))):
+                mean, std = mean[dims[0]:dims[0] + len(dims)], std[dims[0]:dims[0] + len(dims)]  # views, no copy
+            else:
+                mean, std = mean[dims], std[dims]
         return self.rbf(((x - mean) / std).to(x.dtype))
