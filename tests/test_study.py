@@ -217,7 +217,7 @@ def test_a_killed_ray_worker_resumes_its_run_from_the_checkpoint(ray_cluster, tm
     killer = threading.Thread(target=kill_once_checkpointed, daemon=True)
     killer.start()
     compare.main(["--config", THREE_ROOM, "--methods", "sun", "--seeds", "0", "--launcher", "ray",
-                  "--experiment", "kill", "--", "--data.total_frames", "4000", "--data.warmup_frames", "600",
+                  "--experiment", "kill", "--", "--data.total_frames", "2400", "--data.warmup_frames", "600",
                   "--data.num_envs", "2", "--metrics.log_every_frames", "400", "--checkpoint.every_frames", "400",
                   "--metrics.verbose", "false", "--trainer.enable_progress_bar", "false"])
     killer.join(1)
@@ -228,4 +228,4 @@ def test_a_killed_ray_worker_resumes_its_run_from_the_checkpoint(ray_cluster, tm
     runs = client.search_runs([client.get_experiment_by_name("kill").experiment_id],
                               f"attributes.run_name = '{name}'")
     assert [run.info.status for run in runs] == ["FINISHED"]  # one MLflow run, continued by the retry
-    assert finished_runs(client, "kill")[name].frames == 4000
+    assert finished_runs(client, "kill")[name].frames == 2400
