@@ -1,20 +1,27 @@
-"""Runs the paper's comparison: methods × seeds on one environment config, then reports (SPEC §7).
+"""Runs the paper's comparison or its whole study: configs × methods × seeds, then reports (SPEC §7; issue 28).
 
 Usage::
 
     python -m sun_lightning.compare --config conf/four_room_stuck.yaml \\
         --methods sun sun_episodic discover adagoal random --seeds 0 1 2 --jobs 2 \\
         -- --data.total_frames 20000 --data.warmup_frames 5000
+    python -m sun_lightning.compare --configs conf/three_room.yaml conf/mountain_car.yaml \\
+        --methods sun random --grid data.rho=0.01,0.5 --seeds 0 1 --budget-scale 0.1
+    python -m sun_lightning.compare --suite paper --launcher ray --address auto --cpus-per-run 2 \\
+        --tracking-uri http://mlflow-host:5000
 
 Arguments after ``--`` are passed to every run. Each run is an ordinary
 ``python -m sun_lightning fit`` process logged to the MLflow experiment
 ``--experiment`` with the run name ``<env>-<method>-seed<k>``; runs that already
-finished there are not repeated, so an interrupted comparison resumes. The runs
-are nested under one parent run of the experiment (``<env>-comparison``), which
-holds the report (:mod:`sun_lightning.results.report`: Markdown, CSV and PNG, also
-written to ``--results-dir``): mean ± std over seeds of the final metrics and their
-AUCs, the relative AUC improvement over the baselines as in the paper's table,
-curves with bands over seeds and the final heatmaps of each method.
+finished there are not repeated, and a run with a checkpoint continues from it
+(``--ckpt_path last``), so an interrupted study resumes. The runs are nested under
+one parent run of the experiment, which holds the report (also written to
+``--results-dir``): per environment :mod:`sun_lightning.results.report` (mean ± std over
+seeds of the final metrics and their AUCs, the relative AUC improvement over the
+baselines, curves, heatmaps); with several environments, in ``<Env>/`` folders, plus the
+study report :mod:`sun_lightning.results.study` (the improvement averaged over
+environments, a grid of curves, a bar chart). ``--launcher ray`` runs each run as a
+Ray task (:mod:`sun_lightning.study.ray_launcher`). docs/study.md has the whole story.
 
 The exit status is 1 when a run failed or did not finish, and the failed runs are named.
 """
@@ -23,115 +30,83 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import time
+from functools import cache
 from pathlib import Path
 
 import mlflow
-import yaml
 
+from sun_lightning.errors import ConfigError
 from sun_lightning.methods import METHODS, method_args
-from sun_lightning.results.report import fmt, label, summarize, write_report
+from sun_lightning.results.report import fmt, fmt_percent, label, summarize, write_report
 from sun_lightning.results.runs import RunRecord, finished_runs, load_snapshot
-from sun_lightning.tracking import MLFLOW_DIR, PARENT_TAG, comparison_parent, local_store_uri, prepare_store, run_name
+from sun_lightning.results.study import averaged_relative, write_study
+from sun_lightning.study.local import run_local
+from sun_lightning.study.plan import (PAPER_CONFIGS, PAPER_METHODS, RunSpec, budget_args, config_env_id,
+                                      parse_grid, plan)
+from sun_lightning.study.ray_launcher import MISSING, require_ray, run_ray
+from sun_lightning.tracking import (MLFLOW_DIR, PARENT_TAG, absolute_uri, comparison_parent, env_name, local_store_uri,
+                                    prepare_store)
+
+__all__ = ["config_env_id", "gather", "main"]
+
+DEFAULT_METHODS = ["sun", "sun_episodic", "discover", "adagoal", "random"]
+
+Study = dict[str, dict[str, list[RunRecord]]]
 
 
-def config_env_id(config: str | Path) -> str:
-    """The ``data.env_id`` of an environment config (what the runs' names and the report are about)."""
-    env_id = (yaml.safe_load(Path(config).read_text()) or {}).get("data", {}).get("env_id")
-    if not env_id:
-        raise ValueError(f"{config} sets no data.env_id")
-    return env_id
+def gather(client: mlflow.MlflowClient, experiment: str, specs: list[RunSpec]) -> tuple[Study, list[str]]:
+    """env id → method → its finished runs (by seed), and the names of the planned runs that have not finished."""
+    done = finished_runs(client, experiment)
+    study: Study = {}
+    missing = []
+    for spec in sorted(specs, key=lambda s: s.seed):
+        records = study.setdefault(spec.env_id, {}).setdefault(spec.method, [])
+        if spec.name in done:
+            record = done[spec.name]
+            record.method = spec.method  # a grid variant is tagged with its base method's name
+            records.append(record)
+        else:
+            missing.append(spec.name)
+    return study, missing
 
 
-def launch(args: argparse.Namespace, env_id: str, method: str, seed: int, extra: list[str], log_dir: Path):
-    """Start one ``fit`` run as a process, its output going to ``<log_dir>/<run name>.log``."""
-    name = run_name(env_id, method, seed)
-    command = [
-        sys.executable, "-m", "sun_lightning", "fit", "--config", args.config, *method_args(method, args.config),
-        "--seed_everything", str(seed),
-        "--trainer.logger.init_args.experiment_name", args.experiment,
-        "--trainer.logger.init_args.run_name", name,
-        "--trainer.default_root_dir", f"checkpoints/{args.experiment}/{name}",
-        *extra,
-    ]
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    log = open(log_dir / f"{name}.log", "w")
-    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log
-
-
-def run_all(args: argparse.Namespace, env_id: str, extra: list[str], on_finished) -> list[str]:
-    """Run the missing methods × seeds, ``args.jobs`` at a time.
-
-    Args:
-        on_finished: called with each run's name when its process exits 0.
-
-    Returns:
-        ``"<run name> (exit <code>, log <path>)"`` of every run whose process failed.
-    """
-    done = finished_runs(mlflow.MlflowClient(local_store_uri()), args.experiment)
-    # Seeds outermost, so that an early look at the store already has every method.
-    queue = [(m, s) for s in args.seeds for m in args.methods if run_name(env_id, m, s) not in done]
-    log_dir = MLFLOW_DIR / "logs" / args.experiment
-    log_dir.mkdir(parents=True, exist_ok=True)
-    running, failed = [], []
-    while queue or running:
-        while queue and len(running) < args.jobs:
-            method, seed = queue.pop(0)
-            process, log = launch(args, env_id, method, seed, extra, log_dir)
-            running.append((run_name(env_id, method, seed), process, log, time.perf_counter()))
-            print(f"started {running[-1][0]} (log {log.name})", flush=True)
-        time.sleep(0.5)
-        for entry in list(running):
-            name, process, log, start = entry
-            if process.poll() is None:
-                continue
-            running.remove(entry)
-            log.close()
-            status = "finished" if process.returncode == 0 else f"FAILED (exit {process.returncode}, see {log.name})"
-            print(f"{name} {status} in {(time.perf_counter() - start) / 60:.1f} min", flush=True)
-            if process.returncode == 0:
-                on_finished(name)
-            else:
-                failed.append(f"{name} (exit {process.returncode}, log {log.name})")
-    return failed
-
-
-def gather(args: argparse.Namespace, env_id: str) -> tuple[dict[str, list[RunRecord]], list[str]]:
-    """Method → its finished runs (by seed), and the names of the requested runs that have not finished."""
-    done = finished_runs(mlflow.MlflowClient(local_store_uri()), args.experiment)
-    runs, missing = {}, []
-    for method in args.methods:
-        names = [run_name(env_id, method, s) for s in sorted(args.seeds)]
-        runs[method] = [done[name] for name in names if name in done]
-        missing += [name for name in names if name not in done]
-    return runs, missing
-
-
-def report(args: argparse.Namespace, env_id: str, parent: str, failed: list[str]) -> dict[str, list[RunRecord]]:
-    """Write the report into the results folder and onto the parent run, nesting the runs under it."""
-    client = mlflow.MlflowClient(local_store_uri())
-    runs, _ = gather(args, env_id)
-    for record in (r for records in runs.values() for r in records):
+def report(client: mlflow.MlflowClient, args: argparse.Namespace, specs: list[RunSpec], parent: str,
+           failed: list[str]) -> Study:
+    """Write the reports into the results folder and onto the parent run, nesting the runs under it."""
+    study, _ = gather(client, args.experiment, specs)
+    for record in (r for runs in study.values() for records in runs.values() for r in records):
         client.set_tag(record.run_id, PARENT_TAG, parent)
-    snapshots = {}
-    for method, records in runs.items():
-        snapshot = load_snapshot(client, records[0].run_id) if records else None
-        if snapshot is not None:
-            snapshots[method] = snapshot
-    frames = sorted({r.frames for records in runs.values() for r in records})
-    context = [f"`{env_id}`, config `{args.config}`, MLflow experiment `{args.experiment}` (parent run `{parent}`), "
-               f"seeds {', '.join(map(str, args.seeds))}, {' / '.join(map(str, frames)) or 'no'} env frames per run.",
-               "Cells: mean ± sample std over the n seeds that finished (n = 1: the value alone); AUC: the curve's "
-               "mean height against env frames (SPEC §7); n/a: does not apply (goal statistics of a rule without "
-               "goals, a baseline against itself) or no run."]
     out = Path(args.results_dir or Path("results") / args.experiment)
-    for path in write_report(out, env_id, runs, snapshots, context, failed):
-        client.log_artifact(parent, str(path))
+    several = len(study) > 1
+    seeds = ", ".join(map(str, args.seeds))
+    reports = {}
+    for config, env_id in dict.fromkeys((s.config, s.env_id) for s in specs):
+        runs = study[env_id]
+        snapshots = {}
+        for method, records in runs.items():
+            snapshot = load_snapshot(client, records[0].run_id) if records else None
+            if snapshot is not None:
+                snapshots[method] = snapshot
+        frames = sorted({r.frames for records in runs.values() for r in records})
+        context = [f"`{env_id}`, config `{config}`, MLflow experiment `{args.experiment}` (parent run `{parent}`), "
+                   f"seeds {seeds}, {' / '.join(map(str, frames)) or 'no'} env frames per run.",
+                   "Cells: mean ± sample std over the n seeds that finished (n = 1: the value alone); AUC: the curve's "
+                   "mean height against env frames (SPEC §7); n/a: does not apply (goal statistics of a rule without "
+                   "goals, a baseline against itself) or no run."]
+        env_out = out / env_name(env_id) if several else out
+        env_failed = [f for f in failed if f.startswith(env_name(env_id) + "-")]
+        for path in write_report(env_out, env_id, runs, snapshots, context, env_failed):
+            client.log_artifact(parent, str(path), env_name(env_id) if several else None)
+        reports[env_id] = f"{env_name(env_id)}/report.md"
+    if several:
+        context = [f"{len(study)} environments, MLflow experiment `{args.experiment}` (parent run `{parent}`), "
+                   f"seeds {seeds}" + (f", budgets × {args.budget_scale:g}" if args.budget_scale != 1 else "") + "."]
+        for path in write_study(out, study, context, reports, failed):
+            client.log_artifact(parent, str(path))
     client.set_terminated(parent, "FINISHED")
-    print(f"report: {out / 'report.md'}")
-    return runs
+    print(f"report: {out / ('study.md' if several else 'report.md')}")
+    return study
 
 
 def console_table(runs: dict[str, list[RunRecord]]) -> str:
@@ -144,53 +119,128 @@ def console_table(runs: dict[str, list[RunRecord]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    argv = sys.argv[1:] if argv is None else argv
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[: argv.index("--")] if "--" in argv else argv
+def console_study(study: Study) -> str:
+    """The improvements averaged over environments, a line per method."""
+    relative = averaged_relative({env_id: summarize(runs) for env_id, runs in study.items()},
+                                 list(dict.fromkeys(m for runs in study.values() for m in runs)))
+    columns = list(next(iter(relative.values()), {}))
+    lines = [f"{'method':<18s} " + " ".join(f"{c:>28s}" for c in columns)]
+    lines += [f"{label(m):<18s} " + " ".join(f"{fmt_percent(row[c]):>28s}" for c in columns)
+              for m, row in relative.items()]
+    return "\n".join(lines)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m sun_lightning.compare", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="environment config, e.g. conf/four_room_stuck.yaml")
-    parser.add_argument("--methods", nargs="+", default=["sun", "sun_episodic", "discover", "adagoal", "random"],
-                        choices=list(METHODS))
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--config", help="one environment config, e.g. conf/four_room_stuck.yaml")
+    which.add_argument("--configs", nargs="+", help="several environment configs: a study")
+    which.add_argument("--suite", choices=["paper"], help="paper: the paper's 14 configs and its 4 methods")
+    parser.add_argument("--methods", nargs="+", default=None, choices=list(METHODS),
+                        help=f"default: {' '.join(DEFAULT_METHODS)} (--suite paper: {' '.join(PAPER_METHODS)})")
+    parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                        help="extra methods: SUN with each value of a fit option, named <key>=<value> "
+                             "(e.g. data.rho=0.01,0.1,0.5 or data.counts=binned); repeatable")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--jobs", type=int, default=1, help="runs at once")
+    parser.add_argument("--budget-scale", type=float, default=1.0,
+                        help="scale every config's frames, warm-up, logging and checkpoint periods (0.1: a smoke study)")
+    parser.add_argument("--launcher", choices=["local", "ray"], default="local",
+                        help="local: processes, --jobs at a time; ray: a Ray task per run (pip install -e '.[ray]')")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (local launcher)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
-    parser.add_argument("--experiment", default=None, help="MLflow experiment (default: compare-<config name>)")
+    parser.add_argument("--address", default=None, help="Ray cluster: auto or ray://host:port (default: a local one)")
+    parser.add_argument("--cpus-per-run", type=float, default=1.0, help="CPUs a Ray task holds")
+    parser.add_argument("--gpus-per-run", type=float, default=0.0, help="GPUs a Ray task holds")
+    parser.add_argument("--retries", type=int, default=3, help="Ray retries of a run whose worker died")
+    parser.add_argument("--experiment", default=None,
+                        help="MLflow experiment (default: compare-<config name>, study-<config names>, study-paper)")
+    parser.add_argument("--tracking-uri", default=None,
+                        help="MLflow store of the study and its runs (default: ./mlruns; a server URI on a cluster)")
     parser.add_argument("--results-dir", default=None, help="where the report goes (default: results/<experiment>)")
     parser.add_argument("--report-only", action="store_true", help="report the finished runs, run nothing")
     args = parser.parse_args(argv)
-    if not Path(args.config).is_file():
-        parser.error(f"config file not found: {args.config}")
+    args.configs = list(PAPER_CONFIGS) if args.suite else args.configs or [args.config]
+    args.methods = args.methods or (list(PAPER_METHODS) if args.suite else list(DEFAULT_METHODS))
+    for config in args.configs:
+        if not Path(config).is_file():
+            parser.error(f"config file not found: {config}")
+    if not args.budget_scale > 0:
+        parser.error(f"--budget-scale must be positive, got {args.budget_scale}")
     try:
-        env_id = config_env_id(args.config)
+        args.grid = parse_grid(args.grid)
+        args.specs = plan(args.configs, args.methods, args.grid, args.seeds, method_args)
     except ValueError as error:
         parser.error(str(error))
-    args.experiment = args.experiment or f"compare-{Path(args.config).stem}"
-    MLFLOW_DIR.mkdir(exist_ok=True)
-    prepare_store(local_store_uri(), args.experiment)
-    client = mlflow.MlflowClient(local_store_uri())
-    parent = comparison_parent(client, args.experiment, env_id)
+    if not args.experiment:
+        stems = [Path(c).stem for c in args.configs]
+        args.experiment = ("study-paper" if args.suite else f"compare-{stems[0]}" if len(stems) == 1
+                           else "study-" + "-".join(stems)[:80])
+    if args.launcher == "ray" and not args.report_only:
+        try:
+            require_ray()
+        except ImportError:
+            print(f"error: {MISSING}", file=sys.stderr)
+            sys.exit(2)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    argv = sys.argv[1:] if argv is None else argv
+    extra = tuple(argv[argv.index("--") + 1:]) if "--" in argv else ()
+    args = parse(argv[: argv.index("--")] if "--" in argv else argv)
+    uri = absolute_uri(args.tracking_uri or local_store_uri())  # Ray workers start in other folders
+    if uri == local_store_uri():
+        MLFLOW_DIR.mkdir(exist_ok=True)
+    try:
+        prepare_store(uri, args.experiment)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    client = mlflow.MlflowClient(uri)
+    env_ids = list(dict.fromkeys(s.env_id for s in args.specs))
+    parent = comparison_parent(client, args.experiment, env_ids[0] if len(env_ids) == 1 else None,
+                               None if len(env_ids) == 1 else f"{args.experiment}-study")
     client.update_run(parent, status="RUNNING")
-    for tag, value in {"methods": " ".join(args.methods), "seeds": " ".join(map(str, args.seeds)),
-                       "config": args.config, "fit_args": " ".join(extra)}.items():
+    for tag, value in {"methods": " ".join(args.methods), "grid": " ".join(args.grid),
+                       "seeds": " ".join(map(str, args.seeds)), "configs": " ".join(args.configs),
+                       "budget_scale": f"{args.budget_scale:g}", "fit_args": " ".join(extra)}.items():
         client.set_tag(parent, tag, value)
     failed = []
     if not args.report_only:
-        # Nested as soon as each finishes, so that the MLflow UI groups a comparison while it runs.
+        done = finished_runs(client, args.experiment)
+        todo = [spec for spec in args.specs if spec.name not in done]
         experiment_id = client.get_experiment_by_name(args.experiment).experiment_id
 
         def nest(name: str) -> None:
+            # Nested as soon as each finishes, so that the MLflow UI groups a study while it runs.
             for run in client.search_runs([experiment_id], f"attributes.run_name = '{name}'", max_results=1,
                                           order_by=["attributes.start_time DESC"]):
                 client.set_tag(run.info.run_id, PARENT_TAG, parent)
 
-        failed = run_all(args, env_id, extra, nest)
-    runs = report(args, env_id, parent, [f.split(" ", 1)[0] for f in failed])
-    print(f"\n{args.config}, experiment {args.experiment!r}: final values and AUCs (mean ± std over seeds)")
-    print(console_table(runs))
+        @cache
+        def scaled(config: str) -> tuple[str, ...]:
+            return budget_args(config, args.budget_scale)
+
+        def run_extra(spec: RunSpec) -> tuple[str, ...]:
+            return scaled(spec.config) + extra  # the user's arguments last: they win
+
+        log_dir = MLFLOW_DIR / "logs" / args.experiment
+        log_dir.mkdir(parents=True, exist_ok=True)
+        if args.launcher == "ray":
+            failed = run_ray(todo, args.experiment, uri, run_extra, log_dir, args.address, args.cpus_per_run,
+                             args.gpus_per_run, args.threads, args.retries, nest)
+        else:
+            failed = run_local(todo, args.experiment, uri, run_extra, log_dir, args.jobs, args.threads, nest)
+    study = report(client, args, args.specs, parent, [f.split(" ", 1)[0] for f in failed])
+    for config, env_id in dict.fromkeys((s.config, s.env_id) for s in args.specs):
+        print(f"\n{config}, experiment {args.experiment!r}: final values and AUCs (mean ± std over seeds)")
+        print(console_table(study[env_id]))
+    if len(study) > 1:
+        print(f"\nrelative AUC improvement averaged over {len(study)} environments")
+        print(console_study(study))
     if not args.report_only:
-        _, missing = gather(args, env_id)
+        _, missing = gather(client, args.experiment, args.specs)
         unexplained = [name for name in missing if not any(f.startswith(name + " ") for f in failed)]
         problems = failed + [f"{name} (exited 0 but its MLflow run did not finish)" for name in unexplained]
         if problems:

@@ -39,6 +39,7 @@ from sun_lightning.goals.base import GoalSelector
 from sun_lightning.goals.sun import SUNAdaptive
 from sun_lightning.goals.transform import GoalSelectionTransform
 from sun_lightning.learners.base import Learner
+from sun_lightning.replay.binned_count import BinnedCount
 from sun_lightning.replay.exact_count import ExactCount
 from sun_lightning.replay.pseudocount import BACKENDS, make_radius_pseudocount
 from sun_lightning.replay.storage import GoalReplayStorage
@@ -63,6 +64,12 @@ class ExplorationDataModule(pl.LightningDataModule):
             CPU where it builds, torch otherwise, with a one-line warning).
         storage_device: where D and its pseudocounts live; ``None``: the learner's device.
         seed: environment seed; ``None`` derives it from ``seed_everything``.
+        counts: what a goal's novelty counts: ``pseudo`` (the radius pseudocount of SPEC §4; exact (tile, action)
+            counts on gridworlds) or ``binned`` (the paper's "true counts" ablation: exact counts of 50 bins per goal
+            dimension over the metric bounds, per (bin, action) where actions are part of the goal,
+            :class:`~sun_lightning.replay.binned_count.BinnedCount`; gridworlds keep their exact counts).
+        rho: the pseudocount radius ρ, overriding the environment's (SPEC §4; the paper's ρ ablation); the reach
+            rule keeps the environment's. ``None``: the environment's.
         layout: a gridworld's map in SPEC §6's symbols (``W`` wall, ``.`` free, ``Q`` random move, ``S`` start,
             ``G`` terminal, one line per row, tiles separated by spaces), checked and registered under ``env_id``
             (:func:`~sun_lightning.envs.gridworlds.parse_layout`: 4 actions, horizon 200, ``G`` ends an episode
@@ -83,6 +90,8 @@ class ExplorationDataModule(pl.LightningDataModule):
         storage_device: str | None = None,
         seed: int | None = None,
         layout: str | None = None,
+        counts: Literal["pseudo", "binned"] = "pseudo",
+        rho: float | None = None,
     ) -> None:
         super().__init__()
         if layout is not None:
@@ -95,6 +104,10 @@ class ExplorationDataModule(pl.LightningDataModule):
             raise ConfigError(f"data.warmup_frames must be >= 0, got {warmup_frames}")
         if updates_per_frame < 0:
             raise ConfigError(f"data.updates_per_frame must be >= 0, got {updates_per_frame}")
+        if counts not in COUNTS:
+            raise ConfigError(f"data.counts must be one of {', '.join(COUNTS)}, got {counts!r}")
+        if rho is not None and not rho > 0:
+            raise ConfigError(f"data.rho must be positive, got {rho}")
         if backend not in BACKENDS:
             raise ConfigError(f"data.backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         if selector.learns and updates_per_frame > 0 and total_frames <= warmup_frames:
@@ -105,6 +118,7 @@ class ExplorationDataModule(pl.LightningDataModule):
         self.warmup_frames, self.capacity, self.selector = warmup_frames, capacity, selector
         self.updates_per_frame, self.sigma_every, self.seed = updates_per_frame, sigma_every, seed
         self.backend, self.storage_device, self.layout = backend, storage_device, layout
+        self.counts, self.rho = counts, rho
         self.frames = 0  # env frames of the whole job (every rank's under DDP)
         self.rank, self.world_size = 0, 1  # set in setup (DDP)
         self.credit = 0.0  # fractional updates owed (updates_per_frame < 1 spreads them over steps)
@@ -143,7 +157,8 @@ class ExplorationDataModule(pl.LightningDataModule):
         capacity += -capacity % streams
         device = torch.device(self.storage_device) if self.storage_device else learner.device
         self.storage = GoalReplayStorage(space, streams, capacity, device)
-        self.pseudocount = build_pseudocount(space, capacity, self.sigma_every, device, self.backend)
+        self.pseudocount = build_pseudocount(space, capacity, self.sigma_every, device, self.backend, self.counts,
+                                             self.rho)
         seed = self.seed if self.seed is not None else torch.initial_seed() % 2**31
         self.run_seed = seed
         if self.world_size > 1:
@@ -275,12 +290,22 @@ class ExplorationDataModule(pl.LightningDataModule):
         return list(batches.unbind(0))
 
 
-def build_pseudocount(space: GoalSpace, capacity: int, sigma_every: int, device: torch.device, backend: str = "auto"):
-    """The pseudocount of D's entries (SPEC §4): exact (tile, action) counts on gridworlds, the radius
-    pseudocount elsewhere (ρ and the goal action from the environment's goal space)."""
+def build_pseudocount(space: GoalSpace, capacity: int, sigma_every: int, device: torch.device, backend: str = "auto",
+                      counts: str = "pseudo", rho: float | None = None):
+    """The pseudocount of D's entries (SPEC §4): exact (tile, action) counts on gridworlds; elsewhere the radius
+    pseudocount (ρ, unless ``rho`` overrides it, and the goal action from the environment's goal space) or, with
+    ``counts="binned"``, the true counts of the metric's 50-bin cells (the paper's ablation)."""
     if space.exact_counts:
         return ExactCount(space.obs_dim * space.num_actions, capacity, space.num_actions, device)
-    return make_radius_pseudocount(space.goal_dim, space.rho, capacity, space.num_actions, sigma_every, device, backend)
+    if counts == "binned":
+        return BinnedCount(space.metric_low or space.low, space.metric_high or space.high, capacity,
+                           space.num_actions, sigma_every, device=device)
+    return make_radius_pseudocount(space.goal_dim, space.rho if rho is None else rho, capacity, space.num_actions,
+                                   sigma_every, device, backend)
+
+
+#: The values of ``data.counts``.
+COUNTS = ("pseudo", "binned")
 
 
 class _Stream(IterableDataset):

@@ -255,11 +255,15 @@ def config_params(tree: dict, skip: frozenset[str] | set[str] = frozenset(), pre
 
 
 # ---- comparisons -------------------------------------------------------------------------------
-def comparison_parent(client: mlflow.MlflowClient, experiment: str, env_id: str) -> str:
+def comparison_parent(client: mlflow.MlflowClient, experiment: str, env_id: str | None, title: str | None = None) -> str:
     """The id of the comparison's parent run in ``experiment``: the newest one there, else a new one.
 
     One parent per experiment, so a resumed comparison (``--report-only``, or a second invocation
     that runs the missing seeds) nests all its runs under one parent and overwrites its report.
+
+    Args:
+        env_id: the environment compared; ``None`` for a study of several (named ``title``).
+        title: the new parent's name; ``None``: ``<env>-comparison``.
     """
     found = client.get_experiment_by_name(experiment)
     experiment_id = found.experiment_id if found is not None else client.create_experiment(experiment)
@@ -267,7 +271,7 @@ def comparison_parent(client: mlflow.MlflowClient, experiment: str, env_id: str)
                                  order_by=["attributes.start_time DESC"], max_results=1)
     if parents:
         return parents[0].info.run_id
-    run = client.create_run(experiment_id, run_name=f"{env_name(env_id)}-comparison",
-                            tags={KIND_TAG: "comparison", "env": env_name(env_id), "env_id": env_id,
-                                  "git_commit": git_commit()})
+    about = {"env": env_name(env_id), "env_id": env_id} if env_id else {}
+    run = client.create_run(experiment_id, run_name=title or f"{env_name(env_id)}-comparison",
+                            tags={KIND_TAG: "comparison", **about, "git_commit": git_commit()})
     return run.info.run_id

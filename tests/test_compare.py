@@ -62,8 +62,9 @@ def test_finished_runs_are_read_back_with_their_curves(tmp_path, monkeypatch):
     assert done["ThreeRoom-random-seed0"].frames == 800
     # AUC over (500, 0.45), (1000, 0.9): the mean height (0.45 + 0.9) / 2
     assert done["ThreeRoom-sun-seed0"].auc("explore/visits/coverage") == pytest.approx(0.675)
-    args = compare.argparse.Namespace(experiment="cmp", methods=["sun", "random", "adagoal"], seeds=[0, 1, 2])
-    runs, missing = compare.gather(args, "sun_lightning/ThreeRoom-v0")
+    specs = compare.plan([str(ROOT / "conf/three_room.yaml")], ["sun", "random", "adagoal"], {}, [0, 1, 2])
+    study, missing = compare.gather(client, "cmp", specs)
+    runs = study["sun_lightning/ThreeRoom-v0"]
     assert [r.seed for r in runs["sun"]] == [0, 1] and runs["adagoal"] == []
     assert set(missing) == {"ThreeRoom-sun-seed2", "ThreeRoom-random-seed1", "ThreeRoom-random-seed2",
                             "ThreeRoom-adagoal-seed0", "ThreeRoom-adagoal-seed1", "ThreeRoom-adagoal-seed2"}

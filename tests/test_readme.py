@@ -1,7 +1,8 @@
-"""The README's "When things go wrong" examples are true: each ``$ python -m sun_lightning ...`` command shown there,
-run as written, prints the ``error: ...`` line under it (``...`` standing for any text) and exits with code 2.
+"""The README and its docs/ pages: the README fits a screen and links every page, and every error example is true:
+each ``$ python -m sun_lightning ...`` command shown in the README or a docs/ page (``docs/faults.md`` has most), run as
+written, prints the ``error: ...`` line under it (``...`` standing for any text) and exits with code 2.
 
-(The README's custom-gridworld config is trained by ``tests/test_layouts.py``.)
+(The custom-gridworld config of ``docs/custom-envs.md`` is trained by ``tests/test_layouts.py``.)
 """
 
 from __future__ import annotations
@@ -18,19 +19,45 @@ ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "$ python -m sun_lightning "
 
 
+#: The README and the pages under docs/ (the reports under docs/<name>/ are not pages).
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: The README's size limit: it fits a screen's worth of scrolling; reference material lives under docs/.
+README_BYTES = 16_000
+
+
 def readme_errors() -> list[tuple[str, str]]:
-    """``(command, error line)`` pairs of the README's "When things go wrong" section, in order."""
-    section = (ROOT / "README.md").read_text().split("## When things go wrong", 1)[1].split("\n## ", 1)[0]
-    lines = [line.strip() for line in section.splitlines()]
-    return [(line.removeprefix("$ "), lines[i + 1]) for i, line in enumerate(lines)
-            if line.startswith(PROMPT) and i + 1 < len(lines) and lines[i + 1].startswith("error: ")]
+    """``(command, error line)`` pairs of every page, in order."""
+    examples = []
+    for page in PAGES:
+        lines = [line.strip() for line in page.read_text().splitlines()]
+        examples += [(line.removeprefix("$ "), lines[i + 1]) for i, line in enumerate(lines)
+                     if line.startswith(PROMPT) and i + 1 < len(lines) and lines[i + 1].startswith("error: ")]
+    return examples
 
 
 EXAMPLES = readme_errors()
 
 
-def test_the_readme_shows_its_error_examples():
-    assert len(EXAMPLES) >= 5, EXAMPLES  # a README edit that breaks the format would otherwise test nothing
+def test_the_docs_show_their_error_examples():
+    assert len(EXAMPLES) >= 5, EXAMPLES  # an edit that breaks the format would otherwise test nothing
+
+
+def test_the_readme_fits_and_links_every_docs_page():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.encode()) <= README_BYTES
+    pages = [page.relative_to(ROOT).as_posix() for page in PAGES[1:]]
+    assert {"docs/tracking.md", "docs/faults.md", "docs/distributed.md", "docs/custom-envs.md",
+            "docs/study.md"} <= set(pages)
+    assert [page for page in pages if f"]({page})" not in readme] == []
+
+
+def test_relative_links_of_the_docs_lead_to_files():
+    broken = []
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            if not (page.parent / target).exists():
+                broken.append(f"{page.name}: {target}")
+    assert broken == []
 
 
 @pytest.mark.parametrize(("command", "shown"), EXAMPLES, ids=[shown[7:40] for _, shown in EXAMPLES])

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 __all__ = ["RunningMoments", "batch_arrays", "check_config", "np_float", "np_index",
-           "runs_without_repeats", "sigma_due", "st_tensor"]
+           "runs_without_repeats", "sigma_due", "st_tensor", "standardization"]
 
 
 class RunningMoments:
@@ -90,9 +90,7 @@ class RunningMoments:
             m1 = S1 / n
             var = S2 / n - m1 * m1
         sigma = np.where(S2 > 0, np.sqrt(np.maximum(var, 0.0)), 0.0)
-        st = np.maximum(sigma, np.median(sigma))
-        st[st == 0] = 1.0
-        return sigma, st
+        return sigma, standardization(sigma)
 
     def _recenter(self, X: np.ndarray) -> None:
         """Exact sums with a new shift: the stored value closest to the mean (per feature)."""
@@ -227,6 +225,14 @@ def runs_without_repeats(idx: np.ndarray) -> list[tuple[int, int]]:
         seen.add(v)
     runs.append((start, len(il)))
     return runs
+
+
+def standardization(sigma: np.ndarray) -> np.ndarray:
+    """The scale ``st`` of per-feature stds ``sigma`` [M]: ``max(sigma_m, median sigma)``, 1 where that is 0
+    (the paper's appendix "Pseudocount radius and standardization")."""
+    st = np.maximum(sigma, np.median(sigma))
+    st[st == 0] = 1.0
+    return st
 
 
 def sigma_due(seen: int, B: int, sigma_every: int) -> bool:

@@ -9,8 +9,9 @@ One concept per module:
 - :mod:`~sun_lightning.results.curves`: coverage and entropy against env frames, with bands over seeds;
 - :mod:`~sun_lightning.results.relative`: the paper's relative AUC improvement;
 - :mod:`~sun_lightning.results.runs`: finished runs read back from MLflow;
-- :mod:`~sun_lightning.results.report`: the comparison report (Markdown, CSV, PNG).
+- :mod:`~sun_lightning.results.report`: the comparison report of one environment (Markdown, CSV, PNG);
+- :mod:`~sun_lightning.results.study`: the study report across environments (issue 28).
 
-The Lightning side is :class:`callbacks.results.ResultsLogger`; the comparison runner is
-:mod:`sun_lightning.compare`.
+The Lightning side is :class:`callbacks.results.ResultsLogger`; the comparison and study runner is
+:mod:`sun_lightning.compare` (launchers in :mod:`sun_lightning.study`).
 """

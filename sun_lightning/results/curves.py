@@ -28,7 +28,7 @@ def run_curves_figure(histories: dict[str, Curve], title: str) -> Figure:
     for ax, name in zip(axes, names):
         steps, values = histories[name]
         ax.plot(steps, values, marker="o" if len(steps) < 3 else None, markersize=4)
-        _label(ax, CURVES[name])
+        label_axes(ax, CURVES[name])
     fig.suptitle(title, fontsize=9)
     return fig
 
@@ -68,21 +68,34 @@ def band_figure(by_method: dict[str, dict[str, Sequence[Curve]]], metrics: dict[
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     for ax, (name, label) in zip(axes, metrics.items()):
-        for method, per_metric in by_method.items():
-            curves = per_metric.get(name) or []
-            if not curves:
-                continue
-            frames, mean, std = seed_band(curves)
-            line, = ax.plot(frames, mean, label=f"{method} (n = {len(curves)})")
-            if std is not None:
-                ax.fill_between(frames, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
-        _label(ax, label)
+        plot_bands(ax, by_method, name)
+        label_axes(ax, label)
     axes[0].legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     return fig
 
 
-def _label(ax, name: str) -> None:
+def plot_bands(ax, by_method: dict[str, dict[str, Sequence[Curve]]], metric: str,
+               colors: dict[str, str] | None = None) -> None:
+    """Draw on ``ax`` each method's mean curve of ``metric`` over seeds with its ± std band.
+
+    Args:
+        by_method: method label → metric name → the seeds' curves.
+        colors: method label → colour, so that a method keeps its colour across panels (matplotlib's cycle
+            otherwise).
+    """
+    for method, per_metric in by_method.items():
+        curves = per_metric.get(metric) or []
+        if not curves:
+            continue
+        frames, mean, std = seed_band(curves)
+        line, = ax.plot(frames, mean, label=f"{method} (n = {len(curves)})", color=(colors or {}).get(method))
+        if std is not None:
+            ax.fill_between(frames, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
+
+
+def label_axes(ax, name: str) -> None:
+    """An env-frames x axis and a ``name`` y axis, in the reports' style."""
     ax.set_xlabel("env frames", fontsize=8)
     ax.set_ylabel(name, fontsize=8)
     ax.tick_params(labelsize=7)

@@ -153,7 +153,7 @@ def write_csv(path: Path, rows: list[dict[str, object]]) -> Path:
     return path
 
 
-def _csv_value(value: float | None) -> str:
+def csv_value(value: float | None) -> str:
     return NA if value is None else f"{value:.6g}"
 
 
@@ -198,13 +198,13 @@ def write_report(out_dir: str | Path, env_id: str, runs: dict[str, list[RunRecor
                   "frames": min((r.frames for r in runs[method]), default=0)}
         for column, stat in row.items():
             key = column.replace(" ", "_").replace("-", "").lower()
-            record[f"{key}_mean"] = _csv_value(None if stat is None else stat.mean)
-            record[f"{key}_std"] = _csv_value(None if stat is None else stat.std)
+            record[f"{key}_mean"] = csv_value(None if stat is None else stat.mean)
+            record[f"{key}_std"] = csv_value(None if stat is None else stat.std)
         for column, value in relative[method].items():
-            record[column.replace(" ", "_").replace("-", "").lower() + "_pct"] = _csv_value(value)
+            record[column.replace(" ", "_").replace("-", "").lower() + "_pct"] = csv_value(value)
         rows.append(record)
     per_run = [{"env_id": env_id, "method": r.method, "seed": r.seed, "run_name": r.name, "run_id": r.run_id,
-                "frames": r.frames, **{k.replace(" ", "_").replace("-", "").lower(): _csv_value(v)
+                "frames": r.frames, **{k.replace(" ", "_").replace("-", "").lower(): csv_value(v)
                                        for k, v in run_values(r).items()}}
                for records in runs.values() for r in records]
     written += [report, write_csv(out / "summary.csv", rows), write_csv(out / "runs.csv", per_run)]

@@ -1,0 +1,175 @@
+"""The study report across environments (issue 28): the paper's summary of a whole study (SPEC §7).
+
+Written by :mod:`sun_lightning.compare` when a study has more than one environment, beside each
+environment's own report (:mod:`~sun_lightning.results.report`, in ``<results>/<Env>/``):
+
+- ``study.md``: the relative coverage and entropy AUC improvement of each method over AdaGoal, DISCOVER
+  and Random averaged over environments, as the paper's "+15.1 % / +7.6 % over AdaGoal"; then each
+  environment's AUCs (mean ± std over seeds) with a link to its report;
+- ``study.csv``: the averaged improvements, a row per method;
+- ``curves_grid.png``: coverage and entropy against env frames per environment (a row each), mean ± std
+  band over seeds: the paper's main-results figure;
+- ``improvement_bars.png``: the averaged improvements as bars, per baseline.
+
+The average is the paper's (:mod:`~sun_lightning.results.relative`): per environment the AUC of a method is
+its mean over seeds; these are averaged over the environments where both the method and the baseline have
+one, and the improvement is ``100 · (mean AUC − mean baseline AUC) / mean baseline AUC``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from sun_lightning.results.curves import label_axes, plot_bands
+from sun_lightning.results.heatmaps import save_png
+from sun_lightning.results.relative import BASELINES, relative_improvement
+from sun_lightning.results.report import (COVERAGE, ENTROPY, Stat, csv_value, fmt, fmt_percent, label, summarize,
+                                          write_csv)
+from sun_lightning.results.runs import RunRecord
+from sun_lightning.tracking import env_name
+
+#: The columns averaged over environments.
+AUCS = ("coverage AUC", "entropy AUC")
+
+Study = dict[str, dict[str, list[RunRecord]]]
+"""env id → method → its finished runs."""
+
+
+def averaged_relative(summaries: dict[str, dict[str, dict[str, Stat | None]]], methods: Sequence[str]
+                      ) -> dict[str, dict[str, float | None]]:
+    """Method → ``"<metric> AUC vs <baseline>"`` → the improvement averaged over environments (``None``: n/a).
+
+    Args:
+        summaries: env id → :func:`~sun_lightning.results.report.summarize` of its runs.
+        methods: the rows, in order.
+    """
+    baselines = [b for b in BASELINES if any((s.get(b) or {}).get(m) for s in summaries.values() for m in AUCS)]
+    out: dict[str, dict[str, float | None]] = {}
+    for method in methods:
+        cells: dict[str, float | None] = {}
+        for metric in AUCS:
+            for baseline in baselines:
+                pairs = [(s[method][metric].mean, s[baseline][metric].mean) for s in summaries.values()
+                         if (s.get(method) or {}).get(metric) and (s.get(baseline) or {}).get(metric)]
+                defined = method != baseline and pairs
+                cells[f"{metric} vs {label(baseline)}"] = relative_improvement(
+                    float(np.mean([p[0] for p in pairs])), float(np.mean([p[1] for p in pairs]))) if defined else None
+        out[method] = cells
+    return out
+
+
+def curves_grid(study: Study, title: str) -> Figure:
+    """A row per environment, a column per metric (coverage, entropy): each method's mean ± std over seeds."""
+    metrics = {COVERAGE: "coverage", ENTROPY: "entropy"}
+    methods = list(dict.fromkeys(m for runs in study.values() for m in runs))
+    colors = {label(m): f"C{i % 10}" for i, m in enumerate(methods)}
+    fig = Figure(figsize=(4.0 * len(metrics), 2.4 * len(study) + 0.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(study), len(metrics), squeeze=False)
+    for row, (env_id, runs) in zip(axes, study.items()):
+        by_method = {label(m): {metric: [r.histories[metric] for r in records if metric in r.histories]
+                                for metric in metrics} for m, records in runs.items() if records}
+        for ax, (metric, name) in zip(row, metrics.items()):
+            plot_bands(ax, by_method, metric, colors)
+            label_axes(ax, f"{env_name(env_id)}: {name}")
+    handles = {h.get_label().split(" (n = ")[0]: h for ax in axes.flat for h in ax.get_lines()}
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=min(len(handles), 5),
+               fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def improvement_bars(relative: dict[str, dict[str, float | None]], title: str) -> Figure:
+    """A panel per metric; per baseline a group of bars, one per method (n/a cells are left out)."""
+    columns = list(next(iter(relative.values()), {}))
+    baselines = list(dict.fromkeys(c.split(" vs ", 1)[1] for c in columns))
+    methods = [m for m, row in relative.items() if any(v is not None for v in row.values())]
+    fig = Figure(figsize=(4.4 * len(AUCS), 3.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(AUCS), squeeze=False)[0]
+    width = 0.8 / max(len(methods), 1)
+    for ax, metric in zip(axes, AUCS):
+        for i, method in enumerate(methods):
+            values = [relative[method].get(f"{metric} vs {b}") for b in baselines]
+            x = [j + (i - (len(methods) - 1) / 2) * width for j, v in enumerate(values) if v is not None]
+            ax.bar(x, [v for v in values if v is not None], width, label=label(method), color=f"C{i % 10}")
+        ax.axhline(0, color="black", linewidth=0.6)
+        ax.set_xticks(range(len(baselines)), [f"vs {b}" for b in baselines], fontsize=8)
+        ax.set_ylabel(f"{metric} improvement (%)", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3, axis="y")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def markdown(study: Study, summaries, relative, context: Sequence[str], reports: dict[str, str],
+             figures: Sequence[tuple[str, str]], failed: Sequence[str]) -> str:
+    """``study.md``: the averaged improvements, the AUCs per environment, the figures and the failed runs."""
+    columns = list(next(iter(relative.values()), {}))
+    lines = [f"# Study: exploration across {len(study)} environments", "", *context, ""]
+    if columns:
+        lines += ["## Relative AUC improvement, averaged over environments", "",
+                  "100 · (AUC − AUC of the baseline) / AUC of the baseline, each AUC averaged over the environments "
+                  "where both ran (per environment: the mean over seeds), as the paper's table "
+                  "(`sun_lightning/results/study.py`).", "",
+                  "| method | envs | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
+        for method, row in relative.items():
+            envs = sum(1 for runs in study.values() if runs.get(method))
+            lines.append(f"| {label(method)} | {envs} | " + " | ".join(fmt_percent(row[c]) for c in columns) + " |")
+    else:
+        lines.append("Relative AUC improvement: n/a (none of the baselines AdaGoal, DISCOVER, Random finished).")
+    lines += ["", "## Per environment", "", "| environment | method | n | coverage AUC | entropy AUC | coverage | entropy |",
+              "|---|---|---|---|---|---|---|"]
+    for env_id, runs in study.items():
+        link = f"[{env_name(env_id)}]({reports[env_id]})" if env_id in reports else env_name(env_id)
+        for method, records in runs.items():
+            row = summaries[env_id][method]
+            lines.append(f"| {link} | {label(method)} | {len(records)} | " + " | ".join(
+                fmt(row.get(c)) for c in ("coverage AUC", "entropy AUC", "coverage", "entropy")) + " |")
+    for title, path in figures:
+        lines += ["", f"![{title}]({path})"]
+    if failed:
+        lines += ["", "Runs that failed (not in the tables): " + ", ".join(failed)]
+    return "\n".join(lines) + "\n"
+
+
+def write_study(out_dir: str | Path, study: Study, context: Sequence[str] = (), reports: dict[str, str] | None = None,
+                failed: Sequence[str] = ()) -> list[Path]:
+    """Write ``study.md``, ``study.csv``, ``curves_grid.png`` and ``improvement_bars.png`` into ``out_dir``.
+
+    Args:
+        study: env id → method → its finished runs (rows and panels in this order).
+        context: Markdown lines under the title.
+        reports: env id → the path of its report, relative to ``out_dir`` (linked).
+        failed: names of the runs that failed.
+
+    Returns:
+        The files written.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    summaries = {env_id: summarize(runs) for env_id, runs in study.items()}
+    methods = list(dict.fromkeys(m for runs in study.values() for m in runs))
+    relative = averaged_relative(summaries, methods)
+    written, figures = [], []
+    if any(records for runs in study.values() for records in runs.values()):
+        written.append(save_png(curves_grid(study, "coverage and entropy per environment: mean ± std over seeds"),
+                                out / "curves_grid.png"))
+        figures.append(("coverage and entropy per environment", "curves_grid.png"))
+    if any(v is not None for row in relative.values() for v in row.values()):
+        written.append(save_png(improvement_bars(relative, "relative AUC improvement, averaged over environments"),
+                                out / "improvement_bars.png"))
+        figures.append(("relative AUC improvement over the baselines", "improvement_bars.png"))
+    report = out / "study.md"
+    report.write_text(markdown(study, summaries, relative, context, reports or {}, figures, failed))
+    rows = [{"method": method, "envs": sum(1 for runs in study.values() if runs.get(method)),
+             **{c.replace(" ", "_").replace("-", "").lower() + "_pct": csv_value(v) for c, v in row.items()}}
+            for method, row in relative.items()]
+    written += [report, write_csv(out / "study.csv", rows)]
+    return written

@@ -1,0 +1,14 @@
+"""The paper's study as one command (issue 28): every environment, method and seed, on one machine or on a
+Ray cluster, into one MLflow experiment and one study report.
+
+One concept per module:
+
+- :mod:`~sun_lightning.study.plan`: which runs a study has (configs × methods and grid variants × seeds),
+  the paper's suite, budget scaling, and the ``fit`` command of one run;
+- :mod:`~sun_lightning.study.local`: runs as local processes, ``--jobs`` at a time;
+- :mod:`~sun_lightning.study.ray_launcher`: runs as Ray tasks, retried from their last checkpoint when a
+  worker dies.
+
+The command line is :mod:`sun_lightning.compare`; the cross-environment report is
+:mod:`sun_lightning.results.study`.
+"""
