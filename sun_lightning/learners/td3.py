@@ -200,7 +200,9 @@ class TD3SVF(Learner):
         next_obs = batch[keys.PATH_NEXT_OBS]
         n, h = valid.shape
         path_goal = goal.unsqueeze(1).expand(n, h, goal.shape[-1])
-        reward = goal_reached(self.goal_space, self.goal_space.project(next_obs), None, path_goal, None)
+        scale = batch.get(keys.GOAL_SCALE, None)  # the "radius" rule's σ̃ (an env given with data.goal)
+        reward = goal_reached(self.goal_space, self.goal_space.project(next_obs), None, path_goal, None,
+                              None if scale is None else scale.unsqueeze(1))
         done = reward | batch[keys.PATH_TERMINATED]
         # Bootstraps only where a path step needs one: on the path, not terminal.
         need = (valid & ~done).nonzero(as_tuple=True)
