@@ -56,7 +56,7 @@ class GoalConfig:
     dims: list[int] | str | None = None
     low: list[float] | None = None
     high: list[float] | None = None
-    reach: Literal["radius"] | float = "radius"
+    reach: float | str = "radius"
     rho: float = 0.1
     with_action: bool | None = None
 
@@ -151,7 +151,8 @@ def make_one(env_id: str, env_package: str | None = None, rescale: bool = False)
     import_env_package(env_package, env_id)
     env = FlatGoalObservation(gymnasium.make(env_id))
     if rescale:
-        env = gymnasium.wrappers.RescaleAction(env, -1.0, 1.0)
+        space = env.action_space  # bounds in its own dtype: gymnasium warns about float64 ones cast down
+        env = gymnasium.wrappers.RescaleAction(env, np.full(space.shape, -1, space.dtype), np.full(space.shape, 1, space.dtype))
     return env
 
 
@@ -232,9 +233,13 @@ def goal_space_of(env_id: str, goal: GoalConfig, observation_space: gymnasium.Sp
         raise ConfigError(f"data.goal.rho must be positive, got {goal.rho}")
     reach, eta = "radius", 0.0
     if goal.reach != "radius":
-        if isinstance(goal.reach, str) or not goal.reach > 0:
+        try:
+            eta = float(goal.reach)
+        except ValueError:
+            eta = math.nan
+        if not eta > 0 or math.isinf(eta):
             raise ConfigError(f"data.goal.reach must be radius or a distance > 0 in goal units, got {goal.reach!r}")
-        reach, eta = "distance", float(goal.reach)
+        reach = "distance"
     if isinstance(action_space, gymnasium.spaces.Discrete) and action_space.start == 0:
         if goal.with_action is False:
             raise ConfigError(f"data.goal.with_action: {env_id}'s actions are discrete and the DQN variant's goals "
