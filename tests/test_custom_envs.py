@@ -211,7 +211,7 @@ def _hand_coverage(dm, bins: int = 50) -> float:
     """Coverage over the configured bounds counted by hand: distinct (bin per goal dim[, action]) cells of D."""
     space = dm.goal_space
     entries = dm.storage.get(torch.arange(len(dm.storage)))
-    goals = entries[keys.OBS].numpy()[:, list(space.goal_dims)]
+    goals = space.project(entries[keys.OBS]).numpy()
     low, high = np.array(space.low), np.array(space.high)
     index = np.clip(np.floor((goals - low) / (high - low) * bins), 0, bins - 1).astype(int)
     cells = {tuple(row) for row in index} if not space.discrete else \
