@@ -90,7 +90,8 @@ LEARNERS = ("sun_lightning.learners.dqn.DQNSVF", "sun_lightning.learners.ensembl
 def catalogue() -> str:
     """``--help``'s epilog: every learner and environment a config can name."""
     return ("learners (model.class_path): " + ", ".join(LEARNERS) + "\n"
-            "environments (data.env_id): " + ", ".join(env_ids()))
+            "environments (data.env_id): " + ", ".join(env_ids()) + "; or any gymnasium id with its goal space in "
+            "data.goal (docs/custom-envs.md)")
 
 
 class SUNArgumentParser(LightningArgumentParser):
