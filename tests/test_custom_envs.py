@@ -183,6 +183,7 @@ def test_a_goal_space_that_cannot_work_names_the_problem(env_id, goal, message):
 ])
 def test_bad_input_is_one_line_with_exit_code_2(args, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["sun_lightning"])  # as on the command line (LightningCLI warns about pytest's)
     assert entry(["fit", "--config", str(MCC), *args]) == 2  # what `python -m sun_lightning` exits with
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert lines == [lines[-1]] and lines[-1].startswith(message), lines
