@@ -29,6 +29,7 @@ from sun_lightning.envs import env_ids
 from sun_lightning.errors import ConfigError, UsageError
 from sun_lightning.learners.base import Learner
 from sun_lightning import precision
+from sun_lightning.learners.family import check_family
 from sun_lightning.mlflow_logger import SUNMLFlowLogger
 from sun_lightning.runtime import quiet_third_party, tune_allocator
 from sun_lightning.tracking import (MLFLOW_DIR, MLFLOW_URI, config_params, method_of, prepare_store, run_name,
@@ -90,7 +91,8 @@ LEARNERS = ("sun_lightning.learners.dqn.DQNSVF", "sun_lightning.learners.ensembl
 def catalogue() -> str:
     """``--help``'s epilog: every learner and environment a config can name."""
     return ("learners (model.class_path): " + ", ".join(LEARNERS) + "\n"
-            "environments (data.env_id): " + ", ".join(env_ids()))
+            "environments (data.env_id): " + ", ".join(env_ids()) + "; or any gymnasium id with its goal space in "
+            "data.goal (docs/custom-envs.md)")
 
 
 class SUNArgumentParser(LightningArgumentParser):
@@ -122,7 +124,13 @@ class SUNCLI(LightningCLI):
                                  "(an explicit --trainer.precision wins); the TD3 configs set it")
         # The learner gets dimensions and action set from the environment's
         # registration through the DataModule, never the environment itself.
-        parser.link_arguments("data", LINKED_GOAL_SPACE, compute_fn=lambda dm: dm.goal_space, apply_on="instantiate")
+        parser.link_arguments("data", LINKED_GOAL_SPACE, compute_fn=self._goal_space, apply_on="instantiate")
+
+    def _goal_space(self, datamodule: ExplorationDataModule):
+        """The goal space the learner gets, once its family fits the env's actions (one line if not, issue 30)."""
+        config = self.config.get(self.subcommand) if self.subcommand else self.config
+        check_family(config.model.class_path, datamodule.goal_space, datamodule.env_id)
+        return datamodule.goal_space
 
     def after_fit(self) -> None:
         """The end-of-run summary: final metrics, where the run, its checkpoint and its results are, and how to look."""

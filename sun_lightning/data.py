@@ -32,6 +32,7 @@ from torchrl.envs import GymWrapper, TransformedEnv
 import sun_lightning.envs  # noqa: F401  (registers the environments)
 from sun_lightning import keys
 from sun_lightning.distributed import all_gather, gather_step, seed_rank
+from sun_lightning.envs.custom import GoalConfig, custom_env
 from sun_lightning.envs.gridworlds import register_layout
 from sun_lightning.envs.registry import GoalSpace, goal_space
 from sun_lightning.errors import ConfigError
@@ -74,6 +75,10 @@ class ExplorationDataModule(pl.LightningDataModule):
             ``G`` terminal, one line per row, tiles separated by spaces), checked and registered under ``env_id``
             (:func:`~sun_lightning.envs.gridworlds.parse_layout`: 4 actions, horizon 200, ``G`` ends an episode
             on entry); ``None``: ``env_id`` is an environment of the package.
+        goal: the goal space of ``env_id`` as any id :func:`gymnasium.make` knows (issue 30,
+            :class:`~sun_lightning.envs.custom.GoalConfig`, docs/custom-envs.md); ``None``: a registered id.
+        env_package: a module imported first (your package's ``gymnasium.register`` calls).
+        vector: with ``goal``, gymnasium's ``sync`` (in-process) or ``async`` (a process per env) vector env.
     """
 
     def __init__(
@@ -92,8 +97,12 @@ class ExplorationDataModule(pl.LightningDataModule):
         layout: str | None = None,
         counts: Literal["pseudo", "binned"] = "pseudo",
         rho: float | None = None,
+        goal: GoalConfig | None = None,
+        env_package: str | None = None,
+        vector: Literal["sync", "async"] = "sync",
     ) -> None:
         super().__init__()
+        self.custom = custom_env(env_id, goal, env_package, vector)  # checked, its goal space recorded (issue 30)
         if layout is not None:
             register_layout(env_id, layout)  # a map that cannot work fails here, naming the problem
         self.goal_space = goal_space(env_id)  # fails fast on an unknown id
@@ -168,8 +177,11 @@ class ExplorationDataModule(pl.LightningDataModule):
         self.env_seed = seed
         # Explicit resets: TorchRL resets ended envs itself (partial resets), so it reads no
         # terminal observations out of the info dict on every step as SAME_STEP autoreset needs.
-        vec = gymnasium.make_vec(self.env_id, num_envs=self.num_envs, vectorization_mode="vector_entry_point",
-                                 autoreset_mode=AutoresetMode.DISABLED)
+        if self.custom is not None:
+            vec = self.custom.make_vec(self.num_envs, AutoresetMode.DISABLED)
+        else:
+            vec = gymnasium.make_vec(self.env_id, num_envs=self.num_envs, vectorization_mode="vector_entry_point",
+                                     autoreset_mode=AutoresetMode.DISABLED)
         self.vector_env = vec
         base = GymWrapper(vec, categorical_action_encoding=True)
         base.set_seed(seed)

@@ -43,3 +43,4 @@ FUTURE = "future"                    # [N] the goal is a future state of the row
 PATH_NEXT_OBS = "path_next_obs"      # [N, H, obs_dim] the state each path step led to
 PATH_TERMINATED = "path_terminated"  # [N, H] the path step terminated its episode
 PATH_VALID = "path_valid"            # [N, H] the step lies on the row's path (steps 0 … k − 1)
+GOAL_SCALE = "goal_scale"            # [N, goal_dim] σ̃ of the "radius" reach rule (SPEC §4), where it is the rule

@@ -159,6 +159,12 @@ def register(env_id: str, goal_space: GoalSpace, **gym_kwargs) -> None:
         raise ValueError(f"env id {env_id!r} must live in the {NAMESPACE!r} namespace")
     if env_id not in gymnasium.registry:
         gymnasium.register(id=env_id, **gym_kwargs)
+    record(env_id, goal_space)
+
+
+def record(env_id: str, goal_space: GoalSpace) -> None:
+    """Record the goal space of ``env_id`` (a package id, or a gymnasium id given a goal space in the config:
+    :mod:`sun_lightning.envs.custom`)."""
     _GOAL_SPACES[env_id] = goal_space
 
 
@@ -174,4 +180,6 @@ def goal_space(env_id: str) -> GoalSpace:
     except KeyError:
         close = difflib.get_close_matches(env_id, env_ids(), n=1, cutoff=0.5)
         hint = f"did you mean {close[0]}? " if close else ""
+        if env_id in gymnasium.registry:
+            hint = "a gymnasium id without a goal space: give one in data.goal, see docs/custom-envs.md; "
         raise ConfigError(f"data.env_id: unknown environment {env_id!r} ({hint}registered: {', '.join(env_ids())})") from None

@@ -208,7 +208,9 @@ class TD3SVF(Learner):
         goal, valid = batch[keys.GOAL], batch[keys.PATH_VALID]
         next_obs = batch[keys.PATH_NEXT_OBS]
         path_goal = goal.unsqueeze(-2).expand(*valid.shape, goal.shape[-1])
-        reward = goal_reached(self.goal_space, self.goal_space.project(next_obs), None, path_goal, None)
+        scale = batch.get(keys.GOAL_SCALE, None)  # the "radius" rule's σ̃ (an env given with data.goal)
+        reward = goal_reached(self.goal_space, self.goal_space.project(next_obs), None, path_goal, None,
+                              None if scale is None else scale.unsqueeze(-2))
         done = reward | batch[keys.PATH_TERMINATED]
         # Bootstraps only where a path step needs one: on the path, not terminal.
         bootstrap = self.path_bootstraps(next_obs, goal, valid & ~done)

@@ -42,7 +42,8 @@ class FutureGoalSampler:
         Keys, per row: OBS, ACTION (the entry's), GOAL, FUTURE (a future goal, else uniform); per row
         and path step ``[horizon]``: PATH_NEXT_OBS (the state each step led to), PATH_TERMINATED, PATH_VALID
         (the step lies on the path: steps 0 … k − 1). A row's goal is reached on its path's last step
-        when FUTURE; a reward is the learner's reach rule applied to PATH_NEXT_OBS.
+        when FUTURE; a reward is the learner's reach rule applied to PATH_NEXT_OBS. With the ``radius`` reach
+        rule, GOAL_SCALE holds ``scale`` (σ̃) on every row.
         """
         k = 1 if count is None else count
         if k <= 0:
@@ -70,6 +71,10 @@ class FutureGoalSampler:
             keys.PATH_NEXT_OBS: steps[keys.NEXT_OBS], keys.PATH_TERMINATED: steps[keys.TERMINATED],
             keys.PATH_VALID: torch.arange(h, device=device) < cut.unsqueeze(-1),
         }, batch_size=[k, n], device=device)
+        if space.reach == "radius":  # the learner's reach rule standardizes by the pseudocount's σ̃ (issue 30)
+            if scale is None:
+                raise ValueError("the 'radius' reach rule needs the pseudocount's standardization scale")
+            out[keys.GOAL_SCALE] = scale.to(device=device, dtype=goal.dtype).expand(k, n, space.goal_dim)
         return out if count is not None else out[0]
 
     @staticmethod

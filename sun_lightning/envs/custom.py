@@ -1,0 +1,276 @@
+"""A researcher's own environment: any id :func:`gymnasium.make` knows, with its goal space given in the config
+(issue 30; SPEC §2, §4, §6).
+
+``data.goal`` (:class:`GoalConfig`) says what SPEC §6's table says for the package's own environments: the goal
+projection g_s (observation entries, or a key of a goal dict such as ``achieved_goal``), its bounds, the reach rule
+and the pseudocount radius ρ. :class:`CustomEnv` checks it against the environment before anything runs (one
+:class:`~sun_lightning.errors.ConfigError` line each), records the :class:`GoalSpace` under the id, and builds the
+vector env the way the package's own are built: gymnasium's ``SyncVectorEnv`` or ``AsyncVectorEnv``, an autoreset
+mode TorchRL takes (the trainer uses ``DISABLED``), per-env seeds ``seed + i`` from one reset.
+
+Observations reach the trainer as one flat float32 vector (:class:`FlatGoalObservation`): a 1-d Box as it is, a goal
+dict (Gymnasium-Robotics' ``observation``/``achieved_goal``/``desired_goal``) as its entries concatenated, the task's
+``desired_goal`` left out (reward-free exploration: the env's own task and reward are ignored). Continuous actions are
+rescaled to the learners' [−1, 1] where the env's bounds differ.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import gymnasium
+import numpy as np
+
+from sun_lightning.envs.registry import GoalSpace, env_ids, record, torchrl_autoreset_mode
+from sun_lightning.errors import ConfigError
+
+__all__ = ["CustomEnv", "FlatGoalObservation", "GoalConfig", "custom_env", "import_env_package", "make_one"]
+
+#: The goal-dict entry that is the env's task, not the agent's state: never part of the flat observation.
+DESIRED_GOAL = "desired_goal"
+#: The goal-dict entry the goal is taken from when ``dims`` is not given.
+ACHIEVED_GOAL = "achieved_goal"
+
+
+@dataclass
+class GoalConfig:
+    """The goal space of an environment given by its gymnasium id (``data.goal``; SPEC §2, §4).
+
+    Attributes:
+        dims: the goal g_s: these entries of the flat observation, or the name of a goal-dict entry
+            (``achieved_goal``); ``None``: the whole observation of a Box, ``achieved_goal`` of a goal dict.
+        low, high: per-goal-dimension bounds: the metrics' range (coverage and entropy over 50 bins each, SPEC §7)
+            and the range of uniform goals (TD3 variant); ``None``: the observation space's, where finite.
+        reach: ``radius`` (within ρ in the standardized goal space, SPEC §4) or a distance in goal units
+            (Euclidean distance below it, SPEC §2).
+        rho: pseudocount radius in the standardized goal space (SPEC §4).
+        with_action: discrete actions are part of the goal (SPEC §2); ``None``: exactly when actions are discrete
+            (the DQN variant's goals always carry one, continuous actions never do).
+    """
+
+    dims: list[int] | str | None = None
+    low: list[float] | None = None
+    high: list[float] | None = None
+    reach: float | str = "radius"
+    rho: float = 0.1
+    with_action: bool | None = None
+
+
+def import_env_package(package: str | None, env_id: str) -> str:
+    """Import ``data.env_package`` and the module of an ``module:Id`` env id (gymnasium's own convention), so that
+    their ``gymnasium.register`` calls run; returns the id without its module part."""
+    module, _, bare = env_id.rpartition(":")
+    for name, key in ((package, "data.env_package"), (module, "data.env_id")):
+        if not name:
+            continue
+        try:
+            importlib.import_module(name)
+        except ImportError as error:
+            raise ConfigError(f"{key}: cannot import {name!r} ({error}): install the package or put it on "
+                              "PYTHONPATH") from None
+    return bare
+
+
+def custom_env(env_id: str, goal: GoalConfig | None, env_package: str | None = None,
+               vector: Literal["sync", "async"] = "sync") -> CustomEnv | None:
+    """The DataModule's part: ``env_id`` with ``data.goal`` as a :class:`CustomEnv`, or ``None`` for a registered id
+    (after importing ``env_package``, which may register environments with their goal spaces itself)."""
+    if goal is not None:
+        return CustomEnv(env_id, goal, env_package, vector)
+    import_env_package(env_package, env_id)
+    if vector != "sync":
+        raise ConfigError(f"data.vector: {vector} applies to an environment given with data.goal; {env_id} has "
+                          "its own vector env")
+    return None
+
+
+def _check_known(env_id: str) -> None:
+    """A one-line error for an id gymnasium does not know, with the closest registered ids."""
+    if env_id in gymnasium.registry:
+        return
+    known = sorted(set(gymnasium.registry) | set(env_ids()))
+    close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.5)
+    hint = f"closest registered: {', '.join(close)}" if close else "no registered id is close"
+    raise ConfigError(f"data.env_id: gymnasium does not know {env_id!r} ({hint}; a package of your own is "
+                      "imported with data.env_package)")
+
+
+class FlatGoalObservation(gymnasium.ObservationWrapper):
+    """One flat float32 observation vector: a 1-d Box as is, a goal dict's entries concatenated.
+
+    A goal dict is a ``Dict`` of 1-d Boxes; ``observation`` comes first, then the other entries in the space's
+    order, without ``desired_goal`` (the env's task). ``slices`` says where each entry lies in the flat vector.
+    The wrapped env's observation space is assumed checked (:func:`observation_layout`).
+    """
+
+    def __init__(self, env: gymnasium.Env) -> None:
+        super().__init__(env)
+        self.slices, low, high = observation_layout(env.observation_space, str(env.spec.id if env.spec else env))
+        self.observation_space = gymnasium.spaces.Box(low, high, low.shape, np.float32)
+
+    def observation(self, observation: Any) -> np.ndarray:
+        if self.slices is None:
+            return np.asarray(observation, dtype=np.float32)
+        return np.concatenate([np.asarray(observation[key], dtype=np.float32).reshape(-1) for key in self.slices])
+
+
+def observation_layout(space: gymnasium.Space, env_id: str) -> tuple[dict[str, slice] | None, np.ndarray, np.ndarray]:
+    """Where each goal-dict entry lies in the flat observation (``None`` for a Box), and the flat bounds.
+
+    Raises:
+        ConfigError: the observation is neither a 1-d Box nor a dict of 1-d Boxes.
+    """
+    def flat_box(box: gymnasium.Space) -> bool:
+        return isinstance(box, gymnasium.spaces.Box) and len(box.shape) == 1
+
+    if flat_box(space):
+        return None, space.low.astype(np.float32), space.high.astype(np.float32)
+    if isinstance(space, gymnasium.spaces.Dict) and all(flat_box(entry) for entry in space.spaces.values()):
+        keys = sorted((key for key in space.spaces if key != DESIRED_GOAL), key=lambda key: key != "observation")
+        if keys:
+            slices, start = {}, 0
+            for key in keys:
+                slices[key] = slice(start, start + space[key].shape[0])
+                start = slices[key].stop
+            low = np.concatenate([space[key].low.astype(np.float32) for key in keys])
+            high = np.concatenate([space[key].high.astype(np.float32) for key in keys])
+            return slices, low, high
+    raise ConfigError(f"data.env_id: {env_id}'s observation space is {space}: sun_lightning takes a flat Box or a "
+                      "goal dict (1-d Boxes such as observation/achieved_goal/desired_goal)")
+
+
+def make_one(env_id: str, env_package: str | None = None, rescale: bool = False) -> gymnasium.Env:
+    """One sub-environment: ``gymnasium.make(env_id)`` (its own horizon), a flat float32 observation, and continuous
+    actions in [−1, 1] when ``rescale``. Module level (a partial of it pickles), so async workers build it too,
+    importing ``env_package`` first."""
+    import_env_package(env_package, env_id)
+    env = FlatGoalObservation(gymnasium.make(env_id))
+    if rescale:
+        space = env.action_space  # bounds in its own dtype: gymnasium warns about float64 ones cast down
+        env = gymnasium.wrappers.RescaleAction(env, np.full(space.shape, -1, space.dtype), np.full(space.shape, 1, space.dtype))
+    return env
+
+
+class CustomEnv:
+    """An environment given by its gymnasium id and ``data.goal``: checked, its goal space recorded, vectorised.
+
+    Args:
+        env_id: any id :func:`gymnasium.make` knows (``module:Id`` imports ``module`` first).
+        goal: the goal space (:class:`GoalConfig`).
+        env_package: a module imported first, for the ``gymnasium.register`` calls of the user's package.
+        vector: ``sync`` (in-process ``SyncVectorEnv``) or ``async`` (``AsyncVectorEnv``, one process per env).
+
+    Raises:
+        ConfigError: one line naming the problem (unknown id, observation or action space sun_lightning cannot
+            take, dims outside the observation, bounds, reach, ρ).
+    """
+
+    def __init__(self, env_id: str, goal: GoalConfig, env_package: str | None = None,
+                 vector: Literal["sync", "async"] = "sync") -> None:
+        if vector not in ("sync", "async"):
+            raise ConfigError(f"data.vector must be sync or async, got {vector!r}")
+        self.env_id, self.env_package, self.vector = env_id, env_package, vector
+        self.gym_id = import_env_package(env_package, env_id)
+        _check_known(self.gym_id)
+        env = gymnasium.make(self.gym_id)
+        try:
+            self.space, self.rescale = goal_space_of(env_id, goal, env.observation_space, env.action_space)
+        finally:
+            env.close()
+        record(env_id, self.space)
+
+    def make_vec(self, num_envs: int,
+                 autoreset_mode: gymnasium.vector.AutoresetMode | str = gymnasium.vector.AutoresetMode.DISABLED
+                 ) -> gymnasium.vector.VectorEnv:
+        """``num_envs`` sub-environments in gymnasium's sync or async vector env, in an autoreset mode TorchRL takes
+        (``DISABLED`` by default: the trainer resets ended envs itself, as for the package's own envs)."""
+        mode = torchrl_autoreset_mode(autoreset_mode)
+        fns = [functools.partial(make_one, self.gym_id, self.env_package, self.rescale)] * num_envs
+        if self.vector == "async":
+            return gymnasium.vector.AsyncVectorEnv(fns, autoreset_mode=mode)
+        return gymnasium.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+
+
+def goal_space_of(env_id: str, goal: GoalConfig, observation_space: gymnasium.Space,
+                  action_space: gymnasium.Space) -> tuple[GoalSpace, bool]:
+    """The :class:`GoalSpace` ``goal`` gives the env, and whether its continuous actions need rescaling to [−1, 1].
+
+    Raises:
+        ConfigError: as :class:`CustomEnv`.
+    """
+    slices, obs_low, obs_high = observation_layout(observation_space, env_id)
+    obs_dim = len(obs_low)
+    dims = goal.dims if goal.dims is not None else (ACHIEVED_GOAL if slices and ACHIEVED_GOAL in slices else None)
+    if isinstance(dims, str):
+        if not slices or dims not in slices:
+            entries = f"its entries are {', '.join(slices)}" if slices else "its observation is a Box, not a dict"
+            raise ConfigError(f"data.goal.dims: {env_id} has no observation entry {dims!r} ({entries})")
+        dims = list(range(slices[dims].start, slices[dims].stop))
+    elif dims is not None:
+        dims = [int(d) for d in dims]
+        outside = [d for d in dims if not 0 <= d < obs_dim]
+        if outside:
+            raise ConfigError(f"data.goal.dims: {outside} outside the observation of {env_id} ({obs_dim} entries: "
+                              f"0 to {obs_dim - 1})")
+        if not dims or len(set(dims)) != len(dims):
+            raise ConfigError(f"data.goal.dims must name distinct observation entries, got {dims}")
+    goal_dims = tuple(dims) if dims is not None else tuple(range(obs_dim))
+    low = _bounds("low", goal.low, obs_low[list(goal_dims)], env_id)
+    high = _bounds("high", goal.high, obs_high[list(goal_dims)], env_id)
+    for name, values in (("low", low), ("high", high)):
+        if len(values) != len(goal_dims):
+            raise ConfigError(f"data.goal.{name} has {len(values)} values, the goal {len(goal_dims)} dimensions "
+                              f"(dims {list(goal_dims)})")
+    for d, (lo, hi) in enumerate(zip(low, high)):
+        if not lo < hi:
+            raise ConfigError(f"data.goal.low[{d}] ({lo}) must be below data.goal.high[{d}] ({hi})")
+    if not goal.rho > 0:
+        raise ConfigError(f"data.goal.rho must be positive, got {goal.rho}")
+    reach, eta = "radius", 0.0
+    if goal.reach != "radius":
+        try:
+            eta = float(goal.reach)
+        except ValueError:
+            eta = math.nan
+        if not eta > 0 or math.isinf(eta):
+            raise ConfigError(f"data.goal.reach must be radius or a distance > 0 in goal units, got {goal.reach!r}")
+        reach = "distance"
+    if isinstance(action_space, gymnasium.spaces.Discrete) and action_space.start == 0:
+        if goal.with_action is False:
+            raise ConfigError(f"data.goal.with_action: {env_id}'s actions are discrete and the DQN variant's goals "
+                              "include the action (SPEC §2, §5a): leave with_action out or set it true")
+        num_actions, action_dim, rescale = int(action_space.n), 0, False
+    elif isinstance(action_space, gymnasium.spaces.Box) and len(action_space.shape) == 1:
+        if goal.with_action:
+            raise ConfigError(f"data.goal.with_action: {env_id}'s actions are continuous (a Box): a goal cannot "
+                              "include one (SPEC §2); set it false or leave it out")
+        if not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
+            raise ConfigError(f"data.env_id: {env_id}'s action bounds are not finite ({action_space}): the TD3 "
+                              "variant acts in a bounded box")
+        num_actions, action_dim = 0, int(action_space.shape[0])
+        rescale = not (np.all(action_space.low == -1.0) and np.all(action_space.high == 1.0))
+    else:
+        raise ConfigError(f"data.env_id: {env_id}'s action space is {action_space}: sun_lightning takes Discrete "
+                          "actions (DQN variant) or a 1-d Box (TD3 variant)")
+    space = GoalSpace(obs_dim=obs_dim, num_actions=num_actions, action_dim=action_dim,
+                      goal_dims=None if goal_dims == tuple(range(obs_dim)) else goal_dims,
+                      low=low, high=high, rho=float(goal.rho), reach=reach, eta=eta)
+    return space, rescale
+
+
+def _bounds(name: str, given: list[float] | None, observed: np.ndarray, env_id: str) -> tuple[float, ...]:
+    """``data.goal.low``/``high``, or the observation space's bounds of the goal dims where all are finite."""
+    if given is not None:
+        values = tuple(float(v) for v in given)
+        if not all(math.isfinite(v) for v in values):
+            raise ConfigError(f"data.goal.{name} must be finite (the metrics bin the goal space), got {list(given)}")
+        return values
+    if not np.isfinite(observed).all():
+        raise ConfigError(f"data.goal.{name}: {env_id}'s observation space leaves the goal unbounded "
+                          f"({observed.tolist()}): give the goal bounds")
+    return tuple(float(v) for v in observed)

@@ -1,0 +1,32 @@
+"""Which learner family an environment's actions need (issue 30): the DQN variant learns discrete actions
+(SPEC §5a), the TD3 variant a Box (SPEC §5b). A mismatch is one line naming the learner to use."""
+
+from __future__ import annotations
+
+import importlib
+
+from sun_lightning.envs.registry import GoalSpace
+from sun_lightning.errors import ConfigError
+from sun_lightning.learners.dqn import DQNSVF
+from sun_lightning.learners.td3 import TD3SVF
+
+#: The learner to name for each kind of actions (discrete: the DQN variant).
+LEARNER_FOR = {True: "sun_lightning.learners.dqn.DQNSVF", False: "sun_lightning.learners.td3.TD3SVF"}
+
+
+def check_family(class_path: str, space: GoalSpace, env_id: str) -> None:
+    """Raise a one-line :class:`ConfigError` if the learner ``class_path`` cannot act in ``env_id`` (``space``).
+
+    A class path that does not import is left to LightningCLI's own report.
+    """
+    module, _, name = str(class_path).rpartition(".")
+    try:
+        learner = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return
+    families = {True: DQNSVF, False: TD3SVF}
+    wrong = isinstance(learner, type) and issubclass(learner, families[not space.discrete])
+    if wrong:
+        actions = f"{space.num_actions} discrete actions" if space.discrete else f"continuous actions (a Box of {space.action_dim})"
+        raise ConfigError(f"model.class_path: {name} cannot act in {env_id}, which has {actions}: use "
+                          f"{LEARNER_FOR[space.discrete]} (or its ensemble)")
