@@ -24,11 +24,11 @@ from callbacks.checkpoint import LAST, FrameCheckpoint, mlflow_run_of
 from callbacks.exploration import ExplorationLogger
 from callbacks.progress import FrameProgressBar
 from callbacks.results import ResultsLogger
+from sun_lightning import precision
 from sun_lightning.data import ExplorationDataModule
 from sun_lightning.envs import env_ids
 from sun_lightning.errors import ConfigError, UsageError
 from sun_lightning.learners.base import Learner
-from sun_lightning import precision
 from sun_lightning.learners.family import check_family
 from sun_lightning.mlflow_logger import SUNMLFlowLogger
 from sun_lightning.runtime import quiet_third_party, tune_allocator

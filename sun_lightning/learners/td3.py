@@ -55,6 +55,8 @@ class TD3SVF(Learner):
             fewest rows, a data-dependent shape), ``padded`` (every step of ``[batch_size, horizon]``, masked:
             fixed shapes and no host sync, for CUDA and graph capture) or ``auto`` (padded on CUDA, compact on
             CPU). Both give the same targets.
+        compile_targets: run the target actor and critic through ``torch.compile`` (fused elementwise work
+            around the matrix products; the first updates pay the compilation).
     """
 
     ddp_find_unused_parameters = True  # the critic's step leaves the actor out, and the actor's the critic
@@ -83,6 +85,7 @@ class TD3SVF(Learner):
         head_width: int = 256,
         rbf_centres: int = 20,
         paths: Literal["auto", "compact", "padded"] = "auto",
+        compile_targets: bool = False,
     ) -> None:
         super().__init__(goal_space)
         if goal_space.discrete:
@@ -105,6 +108,7 @@ class TD3SVF(Learner):
         self.critic_target_update = TargetUpdate(self.critic, self.critic_target, critic_tau, target_every)
         self.actor_target_update = TargetUpdate(self.actor, self.actor_target, actor_tau, target_every)
         self.stats, self.actor_stats = TrainStats(TRAIN_STATS), TrainStats(ACTOR_STATS)
+        self._compiled: tuple | None = None  # (actor', critic') compiled on first use; a tuple: not submodules
 
     def _encoders(self) -> tuple[StandardizedRBF, StandardizedRBF]:
         """φ(s) and φ(g) of one network: its own RBF layers over the shared running statistics (SPEC §5c)."""
@@ -231,11 +235,19 @@ class TD3SVF(Learner):
         n, h = need.shape
         if self.padded(next_obs.device):
             row = torch.arange(n, device=need.device).repeat_interleave(h)
-            values = self.target_values(next_obs.flatten(0, 1), goal, row, self.critic_target)
+            values = self.target_values(next_obs.flatten(0, 1), goal, row, self.target_nets()[1])
             return torch.where(need, values.view(n, h), 0.0)
         steps = need.nonzero(as_tuple=True)
         bootstrap = torch.zeros(need.shape, dtype=torch.float32, device=need.device)
-        return bootstrap.index_put_(steps, self.target_values(next_obs[steps], goal, steps[0], self.critic_target))
+        return bootstrap.index_put_(steps, self.target_values(next_obs[steps], goal, steps[0], self.target_nets()[1]))
+
+    def target_nets(self) -> tuple[torch.nn.Module, torch.nn.Module]:
+        """The target actor and critic, compiled when ``compile_targets`` is set (the same parameters)."""
+        if not self.hparams.compile_targets:
+            return self.actor_target, self.critic_target
+        if self._compiled is None:
+            self._compiled = (torch.compile(self.actor_target, dynamic=True), torch.compile(self.critic_target, dynamic=True))
+        return self._compiled
 
     def target_values(self, obs: torch.Tensor, goal: torch.Tensor, goal_index: torch.Tensor, critic) -> torch.Tensor:
         """Q'(s, clip(π'(s, g) + clip(ε, −c, c), −1, 1), g) in float32: the target actor with TD3's smoothing noise.
@@ -246,7 +258,7 @@ class TD3SVF(Learner):
             critic: Q' as ``(obs, action, goal, goal_index) -> values``.
         """
         hp = self.hparams
-        action = self.actor_target(obs, goal, goal_index)
+        action = self.target_nets()[0](obs, goal, goal_index)
         noise = (torch.randn_like(action) * hp.target_noise).clamp(-hp.target_noise_clip, hp.target_noise_clip)
         return critic(obs, (action + noise).clamp(-1.0, 1.0), goal, goal_index).float()
 
