@@ -31,6 +31,9 @@ from sun_lightning.tracking import method_of, run_name
 
 #: The checkpoint key of the MLflow run id the run logs to.
 MLFLOW_RUN_KEY = "sun_mlflow_run_id"
+#: The file in the checkpoint folder that names the MLflow run from the start, before the first checkpoint: a run
+#: killed before it and launched again with ``--ckpt_path last`` continues the same MLflow run (issue 29).
+MLFLOW_RUN_FILE = "mlflow_run.json"
 
 
 def mlflow_run_of(path: str | Path) -> str | None:
@@ -83,7 +86,14 @@ class FrameCheckpoint(ModelCheckpoint):
         if trainer.is_global_zero:
             for part in integrity.stale_parts(self.dirpath):  # writes a killed run never finished
                 part.unlink(missing_ok=True)
+            self._name_mlflow_run(trainer)
         super().setup(trainer, pl_module, stage)
+
+    def _name_mlflow_run(self, trainer: pl.Trainer) -> None:
+        for logger in trainer.loggers:
+            if isinstance(logger, MLFlowLogger):
+                Path(self.dirpath).mkdir(parents=True, exist_ok=True)
+                integrity.write_json_atomic(Path(self.dirpath) / MLFLOW_RUN_FILE, {"run_id": logger.run_id})
 
     def _on_sigint(self, signum, frame) -> None:
         if self.interrupted:  # a second Ctrl-C: stop now

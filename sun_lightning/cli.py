@@ -13,6 +13,7 @@ embedded MLflow store under ``mlruns/`` by default, named and tagged by
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.strategies import DDPStrategy
 
-from callbacks.checkpoint import LAST, FrameCheckpoint, mlflow_run_of
+from callbacks.checkpoint import MLFLOW_RUN_FILE, FrameCheckpoint, mlflow_run_of
 from callbacks.exploration import ExplorationLogger
 from callbacks.progress import FrameProgressBar
 from callbacks.results import ResultsLogger
@@ -276,8 +277,12 @@ def _resumed_run(config: Namespace) -> str | None:
     path = config.get("ckpt_path")
     if not path:
         return None
-    if path == "last":
-        path = Path(config.checkpoint.dirpath) / LAST
+    if path == "last":  # no checkpoint yet (else it is resolved by now): the MLflow run a killed launch began
+        marker = Path(config.checkpoint.dirpath) / MLFLOW_RUN_FILE
+        try:
+            return json.loads(marker.read_text())["run_id"]
+        except (OSError, ValueError, KeyError):
+            return None
     if not Path(path).is_file():
         return None  # Lightning reports a missing checkpoint itself
     return mlflow_run_of(path)

@@ -303,3 +303,42 @@ def test_a_learner_refuses_a_value_outside_its_domain_at_construction(cls, key, 
     with pytest.raises(ConfigError) as error:
         learner(goal_space(env), **{key: value})
     assert str(error.value) == message
+
+
+# ---- end to end (slow: real fits) ----------------------------------------------------------------------------
+def _final(cli) -> dict[str, float]:
+    logger = next(cb for cb in cli.trainer.callbacks if cb.__class__.__name__ == "ExplorationLogger")
+    return {name: value for name, value in logger.final.items() if not name.startswith("perf/")}
+
+
+@pytest.mark.slow
+def test_a_damaged_last_and_a_format_1_checkpoint_resume_to_the_uninterrupted_metrics(tmp_path, monkeypatch, capsys):
+    from sun_lightning.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    args = ["fit", "--config", str(ROOT / "conf/three_room.yaml"), "--data.total_frames", "1600",
+            "--data.warmup_frames", "400", "--metrics.log_every_frames", "400", "--metrics.verbose", "false",
+            "--trainer.logger", "false", "--trainer.enable_progress_bar", "false", "--checkpoint.every_frames", "400",
+            "--checkpoint.keep", "10"]
+    whole = _final(main(args))
+    folder = Path("checkpoints") / "ThreeRoom-sun-seed0"
+    frames = sorted(folder.glob("frames=*.ckpt"))
+    assert len(frames) >= 3 and all(integrity.verify(path)[0] is None for path in [*frames, folder / "last.ckpt"])
+    legacy = tmp_path / "old" / "run.ckpt"
+    legacy.parent.mkdir()
+    state = torch.load(frames[-3], weights_only=False, map_location="cpu")
+    del state[FORMAT_KEY], state[RUN_KEY]  # as written before issue 29, and without a record beside it
+    torch.save(state, legacy)
+
+    _cut(folder / "last.ckpt")
+    _cut(frames[-1])
+    capsys.readouterr()
+    resumed = _final(main([*args, "--ckpt_path", "last"]))
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 1 and notes[0].startswith(f"note: {folder / 'last.ckpt'} is damaged (5000 bytes, ") and \
+        f"{frames[-1]} is damaged (5000 bytes, " in notes[0] and notes[0].endswith(
+            f"resuming from the newest intact checkpoint of the run, {frames[-2]}"), notes
+    assert resumed == whole
+    assert all(integrity.verify(path)[0] is None for path in folder.glob("*.ckpt"))  # rewritten on the way
+
+    assert _final(main([*args, "--ckpt_path", str(legacy)])) == whole  # format 1 migrates and resumes exactly
