@@ -42,6 +42,7 @@ def cli(tmp_path, monkeypatch, capsys):
     from sun_lightning.__main__ import entry
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["sun_lightning"])  # pytest's own arguments are not the command's
 
     def run(*args: str) -> tuple[int, list[str]]:
         code = entry(list(args))
