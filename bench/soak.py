@@ -30,10 +30,10 @@ sys.path.insert(0, str(ROOT))
 
 #: Small runs that still learn, checkpoint often and log often: (env name in the run folder, arguments).
 CONFIGS = {
-    "three_room": ("ThreeRoom-sun-seed0", ["--data.total_frames", "2400", "--data.warmup_frames", "400",
+    "three_room": ("ThreeRoom-sun-seed0", ["--data.total_frames", "4400", "--data.warmup_frames", "400",
                                            "--data.updates_per_frame", "0.25", "--metrics.log_every_frames", "200",
                                            "--checkpoint.every_frames", "200"]),
-    "point_maze_s": ("PointMazeS-sun-seed0", ["--data.total_frames", "4800", "--data.warmup_frames", "800",
+    "point_maze_s": ("PointMazeS-sun-seed0", ["--data.total_frames", "8000", "--data.warmup_frames", "800",
                                               "--metrics.log_every_frames", "320", "--checkpoint.every_frames", "320"]),
 }
 COMMON = ["--metrics.verbose", "false", "--trainer.enable_progress_bar", "false", "--checkpoint.keep", "2"]
@@ -59,15 +59,21 @@ def _launch(command: list[str], cwd: Path) -> subprocess.Popen:
     return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-def reference(config: str, workdir: Path) -> float:
-    """Run ``config`` uninterrupted in ``workdir``; returns its wall time in seconds."""
+def reference(config: str, workdir: Path) -> tuple[float, float]:
+    """Run ``config`` uninterrupted in ``workdir``; returns its wall time and the time to its first checkpoint (s)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    start = time.monotonic()
+    folder = workdir / "checkpoints" / CONFIGS[config][0]
+    start, first = time.monotonic(), None
     proc = _launch(_command(config), workdir)
-    _, err = proc.communicate()
+    while proc.poll() is None:
+        if first is None and folder.exists() and any(folder.glob("frames=*.ckpt")):
+            first = time.monotonic() - start
+        time.sleep(0.05)
+    err = proc.stderr.read()
     if proc.returncode != 0:
         raise RuntimeError(f"the reference run of {config} failed ({proc.returncode}): {err[-2000:]}")
-    return time.monotonic() - start
+    total = time.monotonic() - start
+    return total, first or total
 
 
 def cycle(command: list[str], cwd: Path, folder: Path, rng: random.Random, during_write: bool,
@@ -118,7 +124,7 @@ def soak(config: str, workdir: Path, cycles: int = 20, seed: int = 0) -> dict:
 
     rng = random.Random(seed)
     name = CONFIGS[config][0]
-    base_s = reference(config, workdir / "reference")
+    base_s, first_s = reference(config, workdir / "reference")
     command = [*_command(config), "--ckpt_path", "last"]
     run_dir = workdir / "soak"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -126,7 +132,8 @@ def soak(config: str, workdir: Path, cycles: int = 20, seed: int = 0) -> dict:
     launches, notes = [], 0
     soak_start = time.monotonic()
     for k in range(cycles):
-        launches.append(cycle(command, run_dir, folder, rng, during_write=k % 2 == 1, horizon_s=base_s))
+        # random kills fall before or around a launch's first new checkpoint, so that 20 of them fit in one run
+        launches.append(cycle(command, run_dir, folder, rng, during_write=k % 2 == 1, horizon_s=1.2 * first_s))
         if "ended" in launches[-1]:
             break  # the run reached its end before this kill
     final = _launch(command, run_dir)
