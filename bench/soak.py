@@ -55,8 +55,17 @@ def _rss_kib(pid: int) -> int:
 
 
 def _launch(command: list[str], cwd: Path) -> subprocess.Popen:
+    """Start ``command`` in ``cwd``; its stderr goes to ``cwd/stderr.log`` (a pipe nobody reads could block it)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    cwd.mkdir(parents=True, exist_ok=True)
+    with open(cwd / "stderr.log", "a") as log:
+        log.write(f"--- launch at {time.time():.3f}\n")
+        log.flush()
+        return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=log, text=True)
+
+
+def _stderr_since_launch(cwd: Path) -> str:
+    return (cwd / "stderr.log").read_text().rsplit("--- launch at ", 1)[-1]
 
 
 def reference(config: str, workdir: Path) -> tuple[float, float]:
@@ -69,7 +78,7 @@ def reference(config: str, workdir: Path) -> tuple[float, float]:
         if first is None and folder.exists() and any(folder.glob("frames=*.ckpt")):
             first = time.monotonic() - start
         time.sleep(0.05)
-    err = proc.stderr.read()
+    err = _stderr_since_launch(workdir)
     if proc.returncode != 0:
         raise RuntimeError(f"the reference run of {config} failed ({proc.returncode}): {err[-2000:]}")
     total = time.monotonic() - start
@@ -97,11 +106,10 @@ def cycle(command: list[str], cwd: Path, folder: Path, rng: random.Random, durin
             break
         time.sleep(0.002)
     if proc.poll() is not None:
-        err = proc.stderr.read()
+        err = _stderr_since_launch(cwd)
         return {"ended": proc.returncode, "seconds": time.monotonic() - start, "peak_rss_kib": peak, "err": err[-500:]}
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    proc.stderr.close()
     return {"killed_at_s": round(time.monotonic() - start, 3), "moment": moment, "peak_rss_kib": peak}
 
 
@@ -137,7 +145,8 @@ def soak(config: str, workdir: Path, cycles: int = 20, seed: int = 0) -> dict:
         if "ended" in launches[-1]:
             break  # the run reached its end before this kill
     final = _launch(command, run_dir)
-    _, err = final.communicate()
+    final.wait()
+    err = _stderr_since_launch(run_dir)
     notes = sum(line.startswith("note: ") for line in err.splitlines())
     soak_s = time.monotonic() - soak_start
 
