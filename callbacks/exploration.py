@@ -7,6 +7,7 @@ import time
 import lightning.pytorch as pl
 
 from sun_lightning.distributed import mean_over_ranks
+from sun_lightning.domains import PositiveInt, check_arguments
 from sun_lightning.metrics.exploration import exploration_metrics
 
 
@@ -31,9 +32,8 @@ class ExplorationLogger(pl.Callback):
         verbose: print a one-line summary at every log.
     """
 
-    def __init__(self, log_every_frames: int = 5000, knn_entropy: bool = False, verbose: bool = True) -> None:
-        if log_every_frames <= 0:
-            raise ValueError(f"log_every_frames must be positive, got {log_every_frames}")
+    def __init__(self, log_every_frames: PositiveInt = 5000, knn_entropy: bool = False, verbose: bool = True) -> None:
+        check_arguments(ExplorationLogger.__init__, {"log_every_frames": log_every_frames})
         self.log_every_frames, self.knn_entropy, self.verbose = log_every_frames, knn_entropy, verbose
         self.final: dict[str, float] = {}
 

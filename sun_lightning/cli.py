@@ -13,21 +13,27 @@ embedded MLflow store under ``mlruns/`` by default, named and tagged by
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import sys
 from pathlib import Path
 
 from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.strategies import DDPStrategy
 
-from callbacks.checkpoint import LAST, FrameCheckpoint, mlflow_run_of
+from callbacks.checkpoint import MLFLOW_RUN_FILE, FrameCheckpoint, mlflow_run_of
 from callbacks.exploration import ExplorationLogger
 from callbacks.progress import FrameProgressBar
 from callbacks.results import ResultsLogger
 from sun_lightning import precision
 from sun_lightning.data import ExplorationDataModule
 from sun_lightning.envs import env_ids
-from sun_lightning.errors import ConfigError, UsageError
+from sun_lightning.domains import check_config
+from sun_lightning.errors import ConfigError, UsageError, check_config_files
+from sun_lightning.identity import asked_identity, check_fits, recorded_identity
+from sun_lightning.integrity import resolve_checkpoint
+from sun_lightning.safe_pickle import read_checkpoint
 from sun_lightning.learners.base import Learner
 from sun_lightning.learners.family import check_family
 from sun_lightning.mlflow_logger import SUNMLFlowLogger
@@ -161,6 +167,12 @@ class SUNCLI(LightningCLI):
         except ValueError as error:
             raise ConfigError(_innermost_message(error)) from error
 
+    def _parse_ckpt_path(self) -> None:
+        # Lightning would torch.load a ``--ckpt_path`` file here, unverified and whole, and put its learner
+        # hyperparameters over the command's. The checkpoint is verified and compared with the command in
+        # before_instantiate_classes instead, where ``last`` is known too; a difference is refused, not hidden.
+        pass
+
     def before_instantiate_classes(self) -> None:
         MLFLOW_DIR.mkdir(exist_ok=True)
         config = self.config.get(self.subcommand) if self.subcommand else self.config
@@ -181,6 +193,11 @@ class SUNCLI(LightningCLI):
         name = run_name(env_id, method, seed)
         if config.get("checkpoint") is not None and config.checkpoint.get("dirpath") is None:
             config.checkpoint.dirpath = str(Path(config.trainer.get("default_root_dir") or ".") / name)
+        # Every value against its constructor's annotated domain, before anything is built (issue 29).
+        check_config(config, {"model": None, "data": ExplorationDataModule, "checkpoint": FrameCheckpoint,
+                              "metrics": ExplorationLogger, "results": ResultsLogger, "progress": FrameProgressBar})
+        if self.subcommand == "fit" and config.get("ckpt_path"):
+            _check_checkpoint(config, seed, method)
         logger = config.get("trainer", {}).get("logger")
         if isinstance(logger, Namespace) and str(logger.get("class_path", "")).endswith("MLFlowLogger"):
             if logger.class_path == "lightning.pytorch.loggers.MLFlowLogger":
@@ -200,6 +217,7 @@ class SUNCLI(LightningCLI):
 def main(args: list[str] | None = None, run: bool = True) -> SUNCLI:
     """Entry point of ``python -m sun_lightning``."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    check_config_files(sys.argv[1:] if args is None else args)  # a YAML error names its file, line and column
     tune_allocator()
     quiet_third_party()
     return SUNCLI(
@@ -254,13 +272,33 @@ def run_summary(trainer) -> str:
     return "\n".join(lines)
 
 
+def _check_checkpoint(config: Namespace, seed: int | None, method: str) -> None:
+    """Verify the checkpoint ``--ckpt_path`` names (``last``: the newest intact one of the run, with a note where
+    that is not ``last.ckpt``) and refuse one another run wrote, before anything is built (issue 29)."""
+    folder = config.checkpoint.get("dirpath") if config.get("checkpoint") is not None else None
+    path, run, note = resolve_checkpoint(str(config.ckpt_path), folder)
+    if note:
+        print(note, file=sys.stderr, flush=True)
+    if path == "last":
+        return  # the run has no checkpoint yet: Lightning starts it (a first launch with --ckpt_path last)
+    config.ckpt_path = path
+    if config.get("weights_only") is None:
+        config.weights_only = True  # tensors and plain containers only (docs/faults.md: checkpoints are code)
+    state = read_checkpoint(path, config.weights_only)  # refused here in one line, not inside Lightning's load
+    check_fits(path, run if run is not None else recorded_identity(state), asked_identity(config, seed, method))
+
+
 def _resumed_run(config: Namespace) -> str | None:
     """The MLflow run id held by the checkpoint ``fit --ckpt_path`` resumes from, if any (``last``: the run's own)."""
     path = config.get("ckpt_path")
     if not path:
         return None
-    if path == "last":
-        path = Path(config.checkpoint.dirpath) / LAST
+    if path == "last":  # no checkpoint yet (else it is resolved by now): the MLflow run a killed launch began
+        marker = Path(config.checkpoint.dirpath) / MLFLOW_RUN_FILE
+        try:
+            return json.loads(marker.read_text())["run_id"]
+        except (OSError, ValueError, KeyError):
+            return None
     if not Path(path).is_file():
         return None  # Lightning reports a missing checkpoint itself
     return mlflow_run_of(path)

@@ -33,6 +33,7 @@ import sun_lightning.envs  # noqa: F401  (registers the environments)
 from sun_lightning import keys
 from sun_lightning.distributed import all_gather, gather_step, seed_rank
 from sun_lightning.envs.custom import GoalConfig, custom_env
+from sun_lightning.domains import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, check_arguments
 from sun_lightning.envs.gridworlds import register_layout
 from sun_lightning.envs.registry import GoalSpace, goal_space
 from sun_lightning.errors import ConfigError
@@ -84,39 +85,31 @@ class ExplorationDataModule(pl.LightningDataModule):
     def __init__(
         self,
         env_id: str,
-        total_frames: int = 100_000,
-        num_envs: int = 4,
-        warmup_frames: int = 10_000,
-        capacity: int | None = None,
+        total_frames: PositiveInt = 100_000,
+        num_envs: PositiveInt = 4,
+        warmup_frames: NonNegativeInt = 10_000,
+        capacity: PositiveInt | None = None,
         selector: GoalSelector = lazy_instance(SUNAdaptive),
-        updates_per_frame: float = 1.0,
-        sigma_every: int = 1000,
+        updates_per_frame: NonNegativeFloat = 1.0,
+        sigma_every: PositiveInt = 1000,
         backend: Literal["auto", "native", "torch"] = "auto",
         storage_device: str | None = None,
         seed: int | None = None,
         layout: str | None = None,
         counts: Literal["pseudo", "binned"] = "pseudo",
-        rho: float | None = None,
+        rho: PositiveFloat | None = None,
         goal: GoalConfig | None = None,
         env_package: str | None = None,
         vector: Literal["sync", "async"] = "sync",
     ) -> None:
         super().__init__()
         self.custom = custom_env(env_id, goal, env_package, vector)  # checked, its goal space recorded (issue 30)
+        check_arguments(ExplorationDataModule, locals(), "data.")  # the annotated domains (issue 29)
         if layout is not None:
             register_layout(env_id, layout)  # a map that cannot work fails here, naming the problem
         self.goal_space = goal_space(env_id)  # fails fast on an unknown id
-        for name, value in (("total_frames", total_frames), ("num_envs", num_envs)):
-            if value <= 0:
-                raise ConfigError(f"data.{name} must be positive, got {value}")
-        if warmup_frames < 0:
-            raise ConfigError(f"data.warmup_frames must be >= 0, got {warmup_frames}")
-        if updates_per_frame < 0:
-            raise ConfigError(f"data.updates_per_frame must be >= 0, got {updates_per_frame}")
         if counts not in COUNTS:
             raise ConfigError(f"data.counts must be one of {', '.join(COUNTS)}, got {counts!r}")
-        if rho is not None and not rho > 0:
-            raise ConfigError(f"data.rho must be positive, got {rho}")
         if backend not in BACKENDS:
             raise ConfigError(f"data.backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         if selector.learns and updates_per_frame > 0 and total_frames <= warmup_frames:

@@ -124,6 +124,37 @@ def usage_line(error: UsageError) -> str:
     return f"{where}{lines[-1] if lines else message} ({HELP_HINT})"
 
 
+def config_files(argv: Iterable[str]) -> list[str]:
+    """The files a command line gives as ``--config FILE`` or ``--config=FILE``."""
+    argv, files = list(argv), []
+    for i, token in enumerate(argv):
+        if token == "--config" and i + 1 < len(argv):
+            files.append(argv[i + 1])
+        elif token.startswith("--config="):
+            files.append(token.split("=", 1)[1])
+    return files
+
+
+def check_config_files(argv: Iterable[str]) -> None:
+    """Raise :class:`ConfigError` ``conf/x.yaml:3:1: expected ',' or ']', but got ...`` for a config file that is
+    not valid YAML: its name, the line and column of the problem (1-based, as editors count) and the parser's
+    reason (jsonargparse's own message names neither the file nor the problem)."""
+    import yaml
+
+    for name in config_files(argv):
+        try:
+            with open(name) as file:
+                yaml.safe_load(file)
+        except OSError:
+            continue  # a missing file is reported by the parser ("config file not found")
+        except yaml.MarkedYAMLError as error:
+            mark = error.problem_mark or error.context_mark
+            where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
+            raise ConfigError(f"{where}: {error.problem or error.context or 'not valid YAML'}") from None
+        except yaml.YAMLError as error:
+            raise ConfigError(f"{name}: {str(error).splitlines()[0]}") from None
+
+
 def report(error: BaseException, file=None) -> int:
     """Print the one-line report of a user error and return the exit code."""
     file = file or sys.stderr

@@ -121,6 +121,8 @@ class SUNMLFlowLogger(MLFlowLogger):
         self._finalized = False
         self._fallback_root = Path(FALLBACK_DIR).resolve()  # the launch folder's, whatever chdir happens later
         self.unlogged = 0  # records written to the fallback folder instead of the store
+        self._resumed = run_id is not None  # a run continued from a checkpoint (the CLI passes its run id)
+        self._stored: dict[str, set[int]] | None = None  # its metrics' steps already in the store, read once
 
     # ---- the run ------------------------------------------------------------------------------------
     @property
@@ -158,7 +160,22 @@ class SUNMLFlowLogger(MLFlowLogger):
         step = step or 0
         for key, value in values.items():
             self._history.setdefault(key, {})[step] = value
-        self._submit(_Record("metrics", values, step=step, timestamp=int(time.time() * 1000)))
+        # A run resumed from a checkpoint logs again the steps between that checkpoint and the crash (with the
+        # same values: the resume is exact); each step reaches the store once (issue 29).
+        stored = self._stored_steps()
+        values = {key: value for key, value in values.items() if step not in stored.get(key, ())}
+        if values:
+            self._submit(_Record("metrics", values, step=step, timestamp=int(time.time() * 1000)))
+
+    def _stored_steps(self) -> dict[str, set[int]]:
+        """The steps each metric of a resumed run has in the store (empty for a new run, or a store that fails)."""
+        if self._stored is None:
+            self._stored = {}
+            run = self._read(lambda client: client.get_run(self.run_id)) if self._resumed else None
+            for key in run.data.metrics if run is not None else ():
+                history = self._read(lambda client, key=key: client.get_metric_history(self.run_id, key)) or []
+                self._stored[key] = {metric.step for metric in history}
+        return self._stored
 
     @rank_zero_only
     def log_hyperparams(self, params: dict[str, Any] | Namespace) -> None:

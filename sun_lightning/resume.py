@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from sun_lightning import keys
+from sun_lightning import keys, safe_pickle
 from sun_lightning.envs.state import env_state, load_env_state
 
 
@@ -37,13 +37,13 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if state["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-    np.random.set_state(pickle.loads(state["numpy"]))
-    random.setstate(pickle.loads(state["python"]))
+    np.random.set_state(safe_pickle.loads(state["numpy"]))
+    random.setstate(safe_pickle.loads(state["python"]))
 
 
 def restore_into(target: object, blob: bytes) -> None:
     """Replace ``target``'s attributes by those of a pickled object of its class (other objects keep their reference)."""
-    loaded = pickle.loads(blob)
+    loaded = safe_pickle.loads(blob)
     if type(loaded) is not type(target):
         raise ValueError(f"checkpoint holds a {type(loaded).__name__}, this run a {type(target).__name__}")
     vars(target).clear()

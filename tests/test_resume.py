@@ -81,25 +81,28 @@ def test_killed_run_resumes_to_the_same_metrics(config, tmp_path, monkeypatch):
 
 
 def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
-    """A crash while writing leaves the previous ``last.ckpt`` readable: the new one is renamed into place."""
+    """A crash while writing leaves the previous ``last.ckpt`` readable and intact: the new file is renamed into
+    place only once written and recorded (``last.ckpt`` is then copied from it)."""
     monkeypatch.chdir(tmp_path)
     from callbacks.checkpoint import FrameCheckpoint
+    from sun_lightning.integrity import verify
 
     calls = []
     original = FrameCheckpoint._save_checkpoint
 
-    def crash_on_second_last(self, trainer, filepath):
+    def crash_on_second_write(self, trainer, filepath):
         calls.append(filepath)
-        if filepath.endswith("last.ckpt") and sum(c.endswith("last.ckpt") for c in calls) == 2:
+        if len(calls) == 2:
             trainer.save_checkpoint(filepath + ".part", self.save_weights_only)
             raise KeyboardInterrupt  # as if killed between the write and the rename
         original(self, trainer, filepath)
 
-    monkeypatch.setattr(FrameCheckpoint, "_save_checkpoint", crash_on_second_last)
+    monkeypatch.setattr(FrameCheckpoint, "_save_checkpoint", crash_on_second_write)
     with pytest.raises(SystemExit):
         main(_args("three_room.yaml", total=1200, warmup=400, every=400))
     last = tmp_path / "checkpoints" / "ThreeRoom-sun-seed0" / "last.ckpt"
     state = torch.load(last, weights_only=False, map_location="cpu")
     first = int(Path(calls[0]).stem.removeprefix("frames="))
     assert state["ExplorationDataModule"]["frames"] == first  # the first save, intact
-    assert (last.parent / "last.ckpt.part").exists()  # the interrupted write never replaced it
+    assert verify(last) == (None, state["sun_run"]) and verify(calls[0])[0] is None
+    assert Path(calls[1] + ".part").exists() and not Path(calls[1]).exists()  # the interrupted write replaced nothing

@@ -14,6 +14,8 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
+from sun_lightning import safe_pickle
+
 #: Attributes that are construction recipes, not state (SyncVectorEnv's env factories are closures).
 _NOT_STATE = ("env_fns",)
 
@@ -33,4 +35,4 @@ def load_env_state(env: Any, state: bytes) -> None:
     if hasattr(env, "set_state"):
         env.set_state(state)
         return
-    vars(env).update(pickle.loads(state))
+    vars(env).update(safe_pickle.loads(state))

@@ -13,6 +13,8 @@ from abc import ABC, abstractmethod
 
 import torch
 
+from sun_lightning.domains import PositiveInt, check_arguments
+
 
 class GoalSelector(ABC):
     """Base class of goal-selection rules.
@@ -36,9 +38,8 @@ class GoalSelector(ABC):
     per_step: bool = False
     adaptive: bool = False
 
-    def __init__(self, num_candidates: int = 256) -> None:
-        if num_candidates <= 0:
-            raise ValueError(f"num_candidates must be positive, got {num_candidates}")
+    def __init__(self, num_candidates: PositiveInt = 256) -> None:
+        check_arguments(GoalSelector.__init__, {"num_candidates": num_candidates})
         self.num_candidates = num_candidates
 
     @abstractmethod

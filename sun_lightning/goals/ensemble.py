@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from sun_lightning.domains import NonNegativeFloat, PositiveInt, check_arguments
 from sun_lightning.goals.base import GoalSelector
 
 
@@ -40,8 +41,9 @@ class DISCOVER(GoalSelector):
 
     episodic = True
 
-    def __init__(self, beta: float = 10.0, num_candidates: int = 2500) -> None:
+    def __init__(self, beta: NonNegativeFloat = 10.0, num_candidates: PositiveInt = 2500) -> None:
         super().__init__(num_candidates)
+        check_arguments(type(self), {"beta": beta})
         self.beta = beta
 
     def score(self, values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
@@ -62,7 +64,7 @@ class AdaGoal(GoalSelector):
 
     episodic = True
 
-    def __init__(self, num_candidates: int = 2500) -> None:
+    def __init__(self, num_candidates: PositiveInt = 2500) -> None:
         super().__init__(num_candidates)
 
     def score(self, values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:

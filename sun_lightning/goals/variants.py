@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from sun_lightning.domains import PositiveInt
 from sun_lightning.goals.base import GoalSelector
 from sun_lightning.goals.sun import SUNAdaptive
 
@@ -34,7 +35,7 @@ class SUNEpisodic(GoalSelector):
     episodic = True
     score = SUNAdaptive.score  # same indicator; only the reselection schedule differs
 
-    def __init__(self, num_candidates: int = 2500) -> None:
+    def __init__(self, num_candidates: PositiveInt = 2500) -> None:
         super().__init__(num_candidates)
 
 

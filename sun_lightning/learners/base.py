@@ -15,6 +15,7 @@ ensembles are interchangeable:
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -24,7 +25,9 @@ import lightning.pytorch as pl
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
+from lightning.pytorch.utilities.parsing import collect_init_args
 
+from sun_lightning.domains import check_arguments
 from sun_lightning.envs.registry import GoalSpace
 from sun_lightning.errors import NonFiniteLossError
 from sun_lightning.replay.storage import GoalReplayStorage
@@ -96,6 +99,12 @@ class Learner(pl.LightningModule):
         super().__init__()
         if goal_space is None:
             raise ValueError("goal_space is required (the CLI links it from data.env_id)")
+        # Every subclass constructor's arguments against their annotated domains (issue 29), read from the
+        # calling frames as save_hyperparameters reads them: no learner keeps a list of its own checks.
+        arguments: dict = {}
+        for level in collect_init_args(inspect.currentframe().f_back, []):
+            arguments.update(level)
+        check_arguments(type(self), arguments)
         self.goal_space = goal_space
         self.automatic_optimization = False
         self.updates = 0  # learner updates, counted here: global_step counts optimizer steps

@@ -11,6 +11,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch.nn import functional as F
 
 from sun_lightning import keys
+from sun_lightning.domains import Dropout, Fraction, NonNegativeFloat, NonNegativeInt, OpenFraction, PositiveFloat, PositiveInt, Rate
 from sun_lightning.envs.registry import GoalSpace
 from sun_lightning.learners.base import Learner, TrainStats
 from sun_lightning.learners.policy import EpsilonGreedyPolicy
@@ -68,24 +69,24 @@ class DQNSVF(Learner):
     def __init__(
         self,
         goal_space: GoalSpace | None = None,
-        gamma: float = 0.99,
-        lam: float = 0.95,
-        tau: float = 0.001,
-        lr: float = 1e-3,
-        weight_decay: float = 0.01,
-        grad_clip: float = 1.0,
-        huber_delta: float = 1.0,
-        bootstrap_clip: float = 1.0,
-        epsilon: float = 0.1,
-        width: int = 64,
-        maxout_pieces: int = 4,
-        dropout: float = 0.1,
-        init_std: float = 0.01,
+        gamma: OpenFraction = 0.99,
+        lam: Fraction = 0.95,
+        tau: Rate = 0.001,
+        lr: PositiveFloat = 1e-3,
+        weight_decay: NonNegativeFloat = 0.01,
+        grad_clip: PositiveFloat = 1.0,
+        huber_delta: PositiveFloat = 1.0,
+        bootstrap_clip: PositiveFloat = 1.0,
+        epsilon: Fraction = 0.1,
+        width: PositiveInt = 64,
+        maxout_pieces: PositiveInt = 4,
+        dropout: Dropout = 0.1,
+        init_std: PositiveFloat = 0.01,
         encoder: Literal["auto", "identity", "rbf"] = "auto",
-        rbf_centres: int = 20,
-        num_sequences: int = 16,
-        sequence_length: int = 16,
-        relabels: int = 4,
+        rbf_centres: PositiveInt = 20,
+        num_sequences: PositiveInt = 16,
+        sequence_length: PositiveInt = 16,
+        relabels: NonNegativeInt = 4,
         negatives: bool = True,
         backend: Literal["auto", "torch", "native"] = "auto",
     ) -> None:

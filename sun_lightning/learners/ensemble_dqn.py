@@ -24,6 +24,7 @@ from torch import nn
 from torch.func import functional_call
 
 from sun_lightning import keys
+from sun_lightning.domains import PositiveInt
 from sun_lightning.envs.registry import GoalSpace
 from sun_lightning.learners.dqn import DQNSVF
 from sun_lightning.learners.target import TargetUpdate
@@ -52,7 +53,7 @@ class EnsembleDQNSVF(DQNSVF):
         **kwargs: the :class:`DQNSVF` hyperparameters (γ, λ, τ, lr, …), shared by all members.
     """
 
-    def __init__(self, goal_space: GoalSpace | None = None, ensemble_size: int = 4, **kwargs) -> None:
+    def __init__(self, goal_space: GoalSpace | None = None, ensemble_size: PositiveInt = 4, **kwargs) -> None:
         super().__init__(goal_space, **kwargs)
         if ensemble_size < 1:
             raise ValueError(f"ensemble_size must be >= 1, got {ensemble_size}")

@@ -18,6 +18,7 @@ from torch import nn
 from torch.func import functional_call
 
 from sun_lightning import keys
+from sun_lightning.domains import PositiveInt
 from sun_lightning.envs.registry import GoalSpace
 from sun_lightning.learners.target import TargetUpdate
 from sun_lightning.learners.td3 import TD3SVF
@@ -40,7 +41,7 @@ class EnsembleTD3SVF(TD3SVF):
         **kwargs: the :class:`TD3SVF` hyperparameters, shared by all members.
     """
 
-    def __init__(self, goal_space: GoalSpace | None = None, ensemble_size: int = 4, **kwargs) -> None:
+    def __init__(self, goal_space: GoalSpace | None = None, ensemble_size: PositiveInt = 4, **kwargs) -> None:
         super().__init__(goal_space, **kwargs)
         if ensemble_size < 1:
             raise ValueError(f"ensemble_size must be >= 1, got {ensemble_size}")

@@ -10,6 +10,7 @@ from tensordict import TensorDictBase
 from torch.nn import functional as F
 
 from sun_lightning import keys
+from sun_lightning.domains import Fraction, NonNegativeFloat, OpenFraction, PositiveFloat, PositiveInt, Rate
 from sun_lightning.envs.reach import goal_reached
 from sun_lightning.envs.registry import GoalSpace
 from sun_lightning.learners.base import Learner, TrainStats, frozen
@@ -64,26 +65,26 @@ class TD3SVF(Learner):
     def __init__(
         self,
         goal_space: GoalSpace | None = None,
-        gamma: float = 0.99,
-        lam: float = 0.95,
-        critic_tau: float = 0.005,
-        actor_tau: float = 5e-7,
-        target_every: int = 2,
-        policy_delay: int = 2,
-        lr: float = 1e-3,
-        weight_decay: float = 0.01,
-        target_noise: float = 0.2,
-        target_noise_clip: float = 0.5,
-        exploration_noise: float = 0.4,
-        batch_size: int = 256,
-        horizon: int = 50,
-        future_fraction: float = 0.5,
-        hidden: int = 256,
-        features: int = 64,
-        maxout_width: int = 1024,
-        maxout_pieces: int = 4,
-        head_width: int = 256,
-        rbf_centres: int = 20,
+        gamma: OpenFraction = 0.99,
+        lam: Fraction = 0.95,
+        critic_tau: Rate = 0.005,
+        actor_tau: Rate = 5e-7,
+        target_every: PositiveInt = 2,
+        policy_delay: PositiveInt = 2,
+        lr: PositiveFloat = 1e-3,
+        weight_decay: NonNegativeFloat = 0.01,
+        target_noise: NonNegativeFloat = 0.2,
+        target_noise_clip: NonNegativeFloat = 0.5,
+        exploration_noise: NonNegativeFloat = 0.4,
+        batch_size: PositiveInt = 256,
+        horizon: PositiveInt = 50,
+        future_fraction: Fraction = 0.5,
+        hidden: PositiveInt = 256,
+        features: PositiveInt = 64,
+        maxout_width: PositiveInt = 1024,
+        maxout_pieces: PositiveInt = 4,
+        head_width: PositiveInt = 256,
+        rbf_centres: PositiveInt = 20,
         paths: Literal["auto", "compact", "padded"] = "auto",
         compile_targets: bool = False,
     ) -> None:
