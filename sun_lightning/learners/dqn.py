@@ -183,6 +183,15 @@ class DQNSVF(Learner):
         return torch.optim.AdamW(self.q.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay,
                                  fused=True)
 
+    def clip_gradients(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        """Gradient-norm clip of Q. Float32 and bf16 gradients carry no loss scale, so they are clipped directly
+        (Lightning's own path refuses fused optimizers under its precision plugins); a loss-scaling precision
+        (``16-mixed``) takes Lightning's path."""
+        trainer = self._trainer
+        if trainer is not None and getattr(trainer.precision_plugin, "scaler", None) is not None:
+            return super().clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        torch.nn.utils.clip_grad_norm_(self.q.parameters(), gradient_clip_val, foreach=True)
+
     def update(self, batch: TensorDictBase) -> None:
         """One learner update: Huber TD(λ) loss, backward, gradient-norm clip, AdamW step, Polyak step."""
         loss, stats = self.loss_and_stats(batch)
