@@ -46,6 +46,7 @@ class GoalEvaluation(pl.Callback):
             raise ValueError(f"eval.max_goals must be positive or null, got {max_goals}")
         self.every_frames, self.max_goals, self.seed, self.verbose = every_frames or 0, max_goals, seed, verbose
         self.latest: EvalResult | None = None
+        self.latest_frames = -1  # the env frames of ``latest``
         self._evaluator: GoalEvaluator | None = None
         self._next, self._last = self.every_frames, -1
 
@@ -89,6 +90,7 @@ class GoalEvaluation(pl.Callback):
                 act = policy_of(self._module, dm.goal_space, dm.selector.uses_goals, self.seed)
                 scale = dm.scale()
                 self.latest = self._evaluator.run(act, None if scale is None else scale.cpu())
+                self.latest_frames = frames
         finally:
             set_rng_state(state)
         metrics = self.latest.metrics()
