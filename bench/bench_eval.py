@@ -30,7 +30,10 @@ def main() -> None:
     parser.add_argument("--envs", nargs="+", default=list(ENVS))
     parser.add_argument("--max-goals", type=int, default=256)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(f"torch threads {torch.get_num_threads()}")
     print(f"{'env':16s} {'goals':>5s} {'horizon':>7s} {'env steps':>9s} {'seconds':>8s} {'success':>7s}")
     for name in args.envs:
