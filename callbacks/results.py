@@ -29,7 +29,8 @@ class ResultsLogger(pl.Callback):
 
     - ``heatmaps/heatmaps_<pct>.png`` at each fraction of ``data.total_frames`` (``025``, ``050``,
       ``075``, ``100``): visits in D (log-scale counts), goals selected and reached since the previous
-      snapshot, V(s₀, g) and the selection rule's score from a start state s₀
+      snapshot, V(s₀, g) and the selection rule's score from a start state s₀, and where the run evaluates goal
+      reaching (``eval``), the latest evaluation's success per goal
       (:mod:`sun_lightning.results.snapshot`), over the gridworld's tiles or the first two goal dimensions;
       ``heatmaps/heatmaps_<pct>.npz``: the same numbers, for the comparison report.
     - ``curves.png`` at the end: coverage and entropy (and k-NN entropy where logged) against env frames,
@@ -79,8 +80,10 @@ class ResultsLogger(pl.Callback):
     # ---- what is logged --------------------------------------------------------------------------
     def log_heatmaps(self, frames: int, percent: int) -> None:
         """Take a snapshot now and log its picture and numbers; the goal window starts afresh."""
+        evaluation = next((cb for cb in self._trainer.callbacks if getattr(cb, "latest", None) is not None), None)
         snapshot = take_snapshot(self._datamodule, self._module, self._grid, self._selected, self._reached,
-                                 frames, percent)
+                                 frames, percent, evaluation and evaluation.latest,
+                                 getattr(evaluation, "latest_frames", -1))
         self._selected, self._reached = [], []
         with tempfile.TemporaryDirectory() as tmp:
             stem = Path(tmp) / f"heatmaps_{percent:03d}"

@@ -4,7 +4,8 @@ Configuration is the constructors' signatures: ``model`` is an
 :class:`~sun_lightning.learners.base.Learner` subclass (the DQN variant for
 discrete actions), ``data`` the :class:`~sun_lightning.data.ExplorationDataModule`
 (environment, selection rule, replay), ``metrics`` the
-:class:`~callbacks.exploration.ExplorationLogger` and ``results`` the
+:class:`~callbacks.exploration.ExplorationLogger`, ``eval`` the goal-reaching evaluation
+:class:`~callbacks.evaluation.GoalEvaluation` and ``results`` the
 :class:`~callbacks.results.ResultsLogger` (heatmaps and curves). Runs are tracked with an
 embedded MLflow store under ``mlruns/`` by default, named and tagged by
 :mod:`sun_lightning.tracking`.
@@ -23,6 +24,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from lightning.pytorch.strategies import DDPStrategy
 
 from callbacks.checkpoint import MLFLOW_RUN_FILE, FrameCheckpoint, mlflow_run_of
+from callbacks.evaluation import GoalEvaluation
 from callbacks.exploration import ExplorationLogger
 from callbacks.progress import FrameProgressBar
 from callbacks.results import ResultsLogger
@@ -124,6 +126,8 @@ class SUNCLI(LightningCLI):
         parser.add_lightning_class_args(ExplorationLogger, "metrics")
         parser.add_lightning_class_args(FrameProgressBar, "progress")
         parser.add_lightning_class_args(FrameCheckpoint, "checkpoint")
+        # Before ``results``: at a frame where both are due, the success map shows this evaluation.
+        parser.add_lightning_class_args(GoalEvaluation, "eval")
         parser.add_lightning_class_args(ResultsLogger, "results")
         parser.add_argument("--auto_bf16", type=bool, default=False,
                             help="train in bf16-mixed where the device has bf16 matrix units, else 32-true "

@@ -351,14 +351,22 @@ def _flat_step(step: TensorDictBase) -> dict[str, torch.Tensor]:
 
 
 class CollectionStats:
-    """Goal statistics of a logging window, counted from the collected frames (SPEC §7)."""
+    """Goal statistics of a logging window, counted from the collected frames (SPEC §7).
+
+    Goal success counts every goal once, in the window where it ends: when it is reached, replaced by another
+    goal, or its episode ends with it unreached. ``live`` (per env, across windows and checkpointed with them)
+    marks the envs pursuing a goal that has not ended yet, so a goal selected in one window and reached in the
+    next is in the next one's numerator and denominator alike, and the rate lies in [0, 1] for every rule.
+    """
 
     def __init__(self) -> None:
+        self.live: torch.Tensor | None = None  # [B] bool: the env's goal has not ended yet
         self.reset()
 
     def reset(self) -> None:
         self.frames = self.episodes = self.selected = self.reselected = self.reached = 0
         self.steps_to_goal = self.random_frames = 0
+        self.ended = self.ended_reached = 0  # goals that ended in the window, and those of them reached
 
     def update(self, step: dict[str, torch.Tensor]) -> None:
         """Count one vector step (``_flat_step``'s keys)."""
@@ -366,17 +374,27 @@ class CollectionStats:
         if keys.GOAL_SELECTED not in step:
             self.episodes += int(step[keys.EPISODE_END].sum())
             return
-        reached = step[keys.GOAL_REACHED]
-        # one sum and one read for the six counts (each read of a tensor waits for it)
-        counts = torch.stack([step[keys.EPISODE_END], step[keys.GOAL_SELECTED], step[keys.GOAL_RESELECTED], reached,
-                              step[keys.RANDOM_PHASE]]).sum(1).tolist()
+        reached, selected, end = step[keys.GOAL_REACHED], step[keys.GOAL_SELECTED], step[keys.EPISODE_END]
+        live = self.live if self.live is not None and self.live.shape == selected.shape else torch.zeros_like(selected)
+        # A goal selected at this state replaces a live one (reached goals are no longer live); a live goal then
+        # ends if this step reaches it or ends its episode.
+        replaced = selected & live
+        live = live | selected
+        finished = live & (reached | end)
+        self.live = live & ~finished
+        # one sum and one read for the nine counts (each read of a tensor waits for it); an env may end two goals
+        # in one step (one replaced, then its replacement reached at once)
+        counts = torch.stack([end, selected, step[keys.GOAL_RESELECTED], reached, step[keys.RANDOM_PHASE],
+                              replaced, finished, finished & reached]).sum(1).tolist()
         counts.append(int(torch.where(reached, step[keys.GOAL_STEPS], 0).sum()))
-        episodes, selected, reselected, hits, random_frames, steps_to_goal = counts
+        episodes, selected, reselected, hits, random_frames, replaced, finished, ended_reached, steps_to_goal = counts
         self.episodes += episodes
         self.selected += selected
         self.reselected += reselected
         self.reached += hits
         self.random_frames += random_frames
+        self.ended += replaced + finished
+        self.ended_reached += ended_reached
         self.steps_to_goal += steps_to_goal
 
     def pop(self) -> dict[str, float]:
@@ -385,7 +403,8 @@ class CollectionStats:
         out = {
             "explore/goals/selected": float(self.selected),
             "explore/goals/reached": float(self.reached),
-            "explore/goals/success": self.reached / self.selected if self.selected else 0.0,
+            "explore/goals/ended": float(self.ended),
+            "explore/goals/success": self.ended_reached / self.ended if self.ended else 0.0,
             "explore/goals/steps_to_goal": self.steps_to_goal / self.reached if self.reached else 0.0,
             "explore/goals/reselection_rate": self.reselected / frames,
             "explore/goals/random_fraction": self.random_frames / frames,

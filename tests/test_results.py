@@ -185,3 +185,83 @@ def test_a_snapshot_survives_its_file(tmp_path):
     assert (back.env_id, back.frames, back.percent, back.start, back.selector) == (MOUNTAIN_CAR, 1200, 100, (0.1, -0.2),
                                                                                    "SUNAdaptive")
     assert (back.visits == snapshot.visits).all() and back.scores is None and (back.values == 0.5).all()
+
+
+# ---- maze walls and the evaluation's success map (issue 27) ---------------------------------------------------------
+def _inside(rects, points: np.ndarray) -> np.ndarray:
+    """``[N]`` whether each (x, y) lies inside one of the rectangles (x0, y0, w, h)."""
+    r = np.array(rects)
+    x, y = points[:, :1], points[:, 1:2]
+    return ((x > r[:, 0]) & (x < r[:, 0] + r[:, 2]) & (y > r[:, 1]) & (y < r[:, 1] + r[:, 3])).any(1)
+
+
+@pytest.mark.parametrize("name", ["PointMazeS", "PointMazeH", "AntMazeS", "AntMazeH"])
+def test_maze_grids_carry_their_walls_in_the_goal_plane(name):
+    from sun_lightning.envs import ant_maze, point_maze
+
+    grid = GoalGrid.of(f"sun_lightning/{name}-v0")
+    if name in point_maze.MAZES:
+        wall, offset = point_maze.maze_wall(name), point_maze.MAZES[name][1]
+        # the dynamics' wall test at points spread over the plane: a point is drawn inside a wall exactly where no
+        # free cell has its (x, y) (PointMaze-H: over all of dims 2 and 3)
+        xy = np.stack(np.meshgrid(np.linspace(-10.8, 11.8, 75), np.linspace(-10.8, 11.8, 75)), -1).reshape(-1, 2)
+        xy = xy[(np.abs(xy) < offset).all(1)]
+        cells = np.trunc(xy).astype(int) + offset
+        column_wall = wall.all(axis=tuple(range(2, wall.ndim))) if wall.ndim > 2 else wall
+        blocked = column_wall[cells[:, 0], cells[:, 1]]
+        assert (_inside(grid.walls, xy) == blocked).all()
+        assert len(grid.walls) == int(column_wall.sum())
+    else:
+        wall = ant_maze.maze_wall(name)
+        centres = ant_maze.cell_centres(name).reshape(-1, 2)
+        assert (_inside(grid.walls, centres) == wall.reshape(-1)).all()
+        assert all(w == h == ant_maze.CELL_SIZE for _, _, w, h in grid.walls)
+    assert GoalGrid.of(MOUNTAIN_CAR).walls == () and GoalGrid.of("sun_lightning/ArmPushH-v0").walls == ()
+
+
+def test_maze_heatmaps_draw_the_walls_under_the_counts_and_the_success_map():
+    from matplotlib.collections import PatchCollection
+
+    from sun_lightning.envs.eval_goals import eval_goals
+    from sun_lightning.results.heatmaps import snapshot_figure
+    from sun_lightning.results.snapshot import success_points
+
+    env = "sun_lightning/PointMazeS-v0"
+    grid, goals = GoalGrid.of(env), eval_goals(env)
+    reached = torch.arange(len(goals)) % 3 == 0
+    points, success = success_points(grid, goals.goal, reached)
+    assert points.shape == (63, 2) and success.sum() == reached.sum()
+    visits = grid.histogram(goals.goal)
+    snapshot = HeatmapSnapshot(env, 100, 100, visits, visits, visits, eval_points=points, eval_success=success,
+                               eval_frames=100)
+    fig = snapshot_figure(grid, snapshot, "run")
+    axes = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title().split("\n")[0] for ax in axes] == ["visits in D", "goals selected", "goals reached",
+                                                              "eval success (mean 0.33,"]
+    for ax in axes:
+        walls = [c for c in ax.collections if isinstance(c, PatchCollection)]
+        assert len(walls) == 1 and len(walls[0].get_paths()) == 466  # 23² cells, 63 free
+        drawn = ax.images[0] if ax.images else next(c for c in ax.collections if c not in walls)
+        assert walls[0].get_zorder() < drawn.get_zorder()
+    # success of goals sharing a position is averaged: the (x, y) columns of PointMaze-H
+    h = "sun_lightning/PointMazeH-v0"
+    h_goals = eval_goals(h)
+    points, success = success_points(GoalGrid.of(h), h_goals.goal, torch.ones(len(h_goals), dtype=torch.bool))
+    assert len(points) == len({tuple(g) for g in h_goals.goal[:, :2].tolist()}) < len(h_goals) and (success == 1).all()
+
+
+def test_report_shows_the_final_eval_success_where_runs_evaluated(tmp_path):
+    runs = {"sun": [_record("sun", 0, [0.2, 0.6], [0.5, 0.7]), _record("sun", 1, [0.4, 0.8], [0.7, 0.9])],
+            "random": [_record("random", 0, [0.1, 0.3], [0.4, 0.5], goals=0.0)]}
+    for record, value in zip(runs["sun"] + runs["random"], (0.25, 0.75, 0.1)):
+        record.final["eval/success"] = value
+        record.histories["eval/success"] = ([1000, 2000], [0.0, value])
+    summary = summarize(runs)
+    assert summary["sun"]["eval success"] == Stat(0.5, pytest.approx(np.std([0.25, 0.75], ddof=1)), 2)
+    assert summary["random"]["eval success"] == Stat(0.1, None, 1)
+    write_report(tmp_path, THREE_ROOM, runs, {})
+    table = _first_table((tmp_path / "report.md").read_text())
+    assert table["SUN adaptive"][-1] == "0.500 ± 0.354" and table["Random"][-1] == "0.100"
+    assert "coverage and entropy and eval success against env frames" in (tmp_path / "report.md").read_text()
+    # runs without evaluation: no column
+    assert "eval success" not in summarize({"sun": [_record("sun", 0, [0.2], [0.5])]})["sun"]

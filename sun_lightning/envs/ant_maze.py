@@ -42,9 +42,11 @@ from importlib import resources
 
 import mujoco
 import numpy as np
+import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
+from sun_lightning.envs.eval_goals import EvalGoals, register_eval_goals
 from sun_lightning.envs.mujoco_vec import NO_HORIZON, MujocoSingleEnv, MujocoVectorEnv
 from sun_lightning.envs.registry import GoalSpace, register
 
@@ -117,6 +119,12 @@ def cell_centres(name: str) -> np.ndarray:
     n = maze_wall(name).shape[0]
     coords = CELL_SIZE * np.arange(n) - CELL_SIZE * (n - 1) / 2
     return np.stack(np.meshgrid(coords, coords, indexing="ij"), axis=-1)
+
+
+def eval_goals(name: str) -> EvalGoals:
+    """The evaluation goals of maze ``name``: every free cell's centre, torso (x, y) (issue 27)."""
+    centres = cell_centres(name)[~maze_wall(name)]
+    return EvalGoals(torch.tensor(centres, dtype=torch.float32))
 
 
 def maze_spec(name: str) -> mujoco.MjSpec:
@@ -219,6 +227,7 @@ def _register_all() -> None:
             max_episode_steps=horizon,
             kwargs={"maze": name},
         )
+        register_eval_goals(f"sun_lightning/{name}-v0", functools.partial(eval_goals, name))
 
 
 _register_all()

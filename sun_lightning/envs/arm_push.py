@@ -51,10 +51,12 @@ from typing import Any
 
 import mujoco
 import numpy as np
+import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
+from sun_lightning.envs.eval_goals import EvalGoals, grid_points, register_eval_goals
 from sun_lightning.envs.mujoco_vec import NO_HORIZON, MujocoSingleEnv, MujocoVectorEnv, check_actions
 from sun_lightning.envs.registry import GoalSpace, register
 
@@ -94,6 +96,10 @@ METRIC_LOW = (-1.0, -0.4)
 METRIC_HIGH = (1.0, 1.0)
 RHO = 0.01
 REACH = 0.1
+
+# Evaluation goals (issue 27): cube positions on a 0.15 m grid within the arm's pushing reach: 0.3–0.85 m from
+# the base (inside 0.3 m the links stand) and joint 1's baseline range of base angles, 20°–160°.
+EVAL_STEP, EVAL_RADIUS, EVAL_ANGLE = 0.15, (0.3, 0.85), (20.0, 160.0)
 
 ARM_NQ = 9  # arm joints 1-7 and the two fingers lead qpos, qvel and ctrl
 CUBE_QPOS = slice(9, 16)  # the cube's free joint: position, quaternion
@@ -293,6 +299,17 @@ class ArmPushEnv(MujocoSingleEnv):
                                           autoreset_mode=AutoresetMode.DISABLED, num_threads=1))
 
 
+def eval_goals() -> EvalGoals:
+    """The evaluation goals of ArmPush-H: a grid of cube (x, y) positions on the reachable table (36 goals)."""
+    xs = np.arange(-5, 6) * EVAL_STEP
+    ys = np.arange(1, 7) * EVAL_STEP
+    points = grid_points([xs.tolist(), ys.tolist()])
+    radius = points.norm(dim=1)
+    angle = torch.rad2deg(torch.atan2(points[:, 1], points[:, 0]))
+    keep = (radius >= EVAL_RADIUS[0]) & (radius <= EVAL_RADIUS[1]) & (angle >= EVAL_ANGLE[0]) & (angle <= EVAL_ANGLE[1])
+    return EvalGoals(points[keep])
+
+
 def _register() -> None:
     """Register ArmPush-H: g_s = the cube's (x, y) on an unbounded plane, reached within distance 0.1, ρ = 0.01."""
     module = "sun_lightning.envs.arm_push"  # not __name__, which is "__main__" under ``python -m``
@@ -305,6 +322,7 @@ def _register() -> None:
         vector_entry_point=f"{module}:ArmPushVectorEnv",
         max_episode_steps=HORIZON,
     )
+    register_eval_goals(ENV_ID, eval_goals)
 
 
 _register()

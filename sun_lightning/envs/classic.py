@@ -31,13 +31,16 @@ and an in-process vector env avoids a subprocess per env (STACK.md)::
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 import gymnasium
 import numpy as np
+import torch
 from gymnasium.envs.registration import load_env_creator
 
+from sun_lightning.envs.eval_goals import EvalGoals, grid_points, linspace_axes, register_eval_goals, with_actions
 from sun_lightning.envs.registry import (
     NAMESPACE,
     GoalSpace,
@@ -220,6 +223,35 @@ _CLASSIC: dict[str, tuple[str, GoalSpace, dict[str, Any]]] = {
     ),
 }
 
+def _angles(count: int) -> list[float]:
+    return [2 * math.pi * k / count for k in range(count)]
+
+
+def _lander_xy(full: bool) -> torch.Tensor:
+    # x within the episode's bounds, y from the pad to about the start height; the full state at rest, level.
+    xy = grid_points(linspace_axes((-0.8, 0.0), (0.8, 1.4), (5, 4)))
+    return torch.cat([xy, torch.zeros(len(xy), 6)], 1) if full else xy
+
+
+#: name -> the goal projections of its evaluation goals (issue 27): a grid over the goal bounds (angles for the
+#: angle features, so that every goal is a state the pendulum or acrobot has), each paired with every goal action.
+_EVAL_GRIDS: dict[str, Any] = {
+    "MountainCar-v0": lambda: grid_points(linspace_axes((-1.2, -0.07), (0.6, 0.07), (5, 5))),
+    "Pendulum-v0": lambda: torch.tensor([(math.cos(a), math.sin(a), v) for a in _angles(6) for v in (-4.0, 0.0, 4.0)],
+                                        dtype=torch.float32),
+    "Acrobot-v0": lambda: torch.tensor([(math.cos(a), math.sin(a), math.cos(b), math.sin(b))
+                                        for a in _angles(4) for b in _angles(4)], dtype=torch.float32),
+    "CartPole-v0": lambda: grid_points(linspace_axes((-2.4, -_CARTPOLE_THETA), (2.4, _CARTPOLE_THETA), (5, 3))),
+    "LunarLander-v0": lambda: _lander_xy(full=False),
+    "LunarLanderFull-v0": lambda: _lander_xy(full=True),
+}
+
+
+def eval_goals(name: str) -> EvalGoals:
+    """The evaluation goals of classic-control env ``name`` (a key of ``_CLASSIC``): :data:`_EVAL_GRIDS` × actions."""
+    return with_actions(_EVAL_GRIDS[name](), _CLASSIC[name][1].num_actions)
+
+
 #: The registered ids, ``"sun_lightning/<Name>-v0"``.
 CLASSIC_IDS: tuple[str, ...] = tuple(f"{NAMESPACE}/{name}" for name in _CLASSIC)
 
@@ -236,6 +268,7 @@ def _register_all() -> None:
             max_episode_steps=gymnasium.spec(base_id).max_episode_steps,
             kwargs={"base_id": base_id, **extra},
         )
+        register_eval_goals(f"{NAMESPACE}/{name}", functools.partial(eval_goals, name))
 
 
 _register_all()

@@ -16,6 +16,7 @@ Observations are the one-hot tile over *all* ``rows * cols`` cells (flat index
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,10 +25,12 @@ from typing import Any, Literal
 
 import gymnasium
 import numpy as np
+import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from sun_lightning.envs.eval_goals import EvalGoals, register_eval_goals, with_actions
 from sun_lightning.envs.registry import (NAMESPACE, GoalSpace, end_step, env_ids, refuse_ended, register, reset_mask,
                                          torchrl_autoreset_mode)
 from sun_lightning.errors import ConfigError
@@ -554,6 +557,15 @@ def _register(env_id: str, key: str) -> None:
         max_episode_steps=layout.horizon,
         kwargs={"layout": key},
     )
+    register_eval_goals(env_id, functools.partial(eval_goals, key))
+
+
+def eval_goals(key: str) -> EvalGoals:
+    """The evaluation goals of gridworld ``LAYOUTS[key]``: every tile where an action can be taken × every goal
+    action (issue 27)."""
+    layout = LAYOUTS[key]
+    tiles = torch.tensor(layout.coverable)
+    return with_actions(torch.eye(layout.num_tiles)[tiles], layout.num_actions)
 
 
 def _register_all() -> None:

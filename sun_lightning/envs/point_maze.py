@@ -40,6 +40,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from sun_lightning.envs.eval_goals import EvalGoals, register_eval_goals
 from sun_lightning.envs.registry import GoalSpace, end_step, refuse_ended, register, reset_mask, torchrl_autoreset_mode
 
 HORIZON = 100
@@ -205,6 +206,27 @@ class MazeDynamics:
         return torch.where(blocked.unsqueeze(-1), pos, new)
 
 
+def cell_centre(cells: np.ndarray, offset: int) -> np.ndarray:
+    """The position at the centre of cells (any shape of indices along one axis, ``int(p) + offset``).
+
+    Truncation toward zero makes the centre cell span ``(-1, 1)`` (centre 0) and every other cell one
+    unit, ``[k, k + 1)`` above it and ``(k - 1, k]`` below it (``k = cell - offset``).
+    """
+    k = np.asarray(cells, dtype=np.float64) - offset
+    return k + 0.5 * np.sign(k)
+
+
+def free_cell_centres(name: str) -> np.ndarray:
+    """``[n_free, dim]`` the centre of every free cell of maze ``name`` (its evaluation goals), in index order."""
+    cells = np.argwhere(~maze_wall(name))
+    return cell_centre(cells, MAZES[name][1]).astype(np.float32)
+
+
+def eval_goals(name: str) -> EvalGoals:
+    """The evaluation goals of maze ``name``: every free cell's centre (issue 27)."""
+    return EvalGoals(torch.from_numpy(free_cell_centres(name)))
+
+
 def _spaces(name: str) -> tuple[spaces.Box, spaces.Box]:
     dim, _, low, high, _ = MAZES[name]
     obs = spaces.Box(low, high, shape=(dim,), dtype=np.float32)
@@ -331,6 +353,7 @@ def _register_all() -> None:
             max_episode_steps=HORIZON,
             kwargs={"maze": name},
         )
+        register_eval_goals(f"sun_lightning/{name}-v0", functools.partial(eval_goals, name))
 
 
 _register_all()

@@ -12,9 +12,10 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-#: The curves drawn, and their axis labels. ``knn_entropy`` is logged once, at the end (a marker).
+#: The curves drawn, and their axis labels. ``knn_entropy`` is logged once, at the end (a marker); ``eval/success``
+#: where the run evaluated goal reaching (:mod:`sun_lightning.evaluation`).
 CURVES = {"explore/visits/coverage": "coverage", "explore/visits/entropy": "entropy",
-          "explore/visits/knn_entropy": "k-NN entropy"}
+          "explore/visits/knn_entropy": "k-NN entropy", "eval/success": "eval success"}
 
 Curve = tuple[Sequence[float], Sequence[float]]
 

@@ -16,6 +16,7 @@ import torch
 from sun_lightning.envs.gridworlds import DOWN, LAYOUTS, UP
 from sun_lightning.envs.registry import GoalSpace, goal_space
 from sun_lightning.metrics.coverage import binned_cells
+from sun_lightning.results.walls import Rect, wall_rectangles
 
 #: Bins per axis of continuous goal spaces: the metrics' 50 bins per dimension (SPEC §7).
 BINS = 50
@@ -38,6 +39,8 @@ class GoalGrid:
         low, high: bounds of the two drawn dimensions (bins only).
         wall: ``[rows, cols]`` wall tiles (gridworlds), else ``None``.
         row_walls: rows ``r`` with a wall between rows ``r - 1`` and ``r`` (ThreeRoom's rooms).
+        walls: the maze's wall rectangles in the plane of the two drawn dimensions (point and ant mazes;
+            :mod:`~sun_lightning.results.walls`), else ``()``.
     """
 
     env_id: str
@@ -48,6 +51,7 @@ class GoalGrid:
     high: tuple[float, float] = (1.0, 1.0)
     wall: np.ndarray | None = None
     row_walls: tuple[int, ...] = ()
+    walls: tuple[Rect, ...] = ()
 
     @classmethod
     def of(cls, env_id: str) -> GoalGrid:
@@ -64,7 +68,8 @@ class GoalGrid:
             lo, hi = (low[d], high[d]) if d < min(len(low), len(high), space.goal_dim) else (-1.0, 1.0)
             # A side without a bound (none in SPEC §6's metric bounds, but the registry allows it): [-1, 1].
             bounds.append((lo, hi) if math.isfinite(lo) and math.isfinite(hi) and hi > lo else (-1.0, 1.0))
-        return cls(env_id, space, False, (BINS, BINS), (bounds[0][0], bounds[1][0]), (bounds[0][1], bounds[1][1]))
+        return cls(env_id, space, False, (BINS, BINS), (bounds[0][0], bounds[1][0]), (bounds[0][1], bounds[1][1]),
+                   walls=wall_rectangles(env_id))
 
     @property
     def num_cells(self) -> int:

@@ -4,10 +4,11 @@ Written by the comparison runner (:mod:`sun_lightning.compare`) into a results f
 comparison's parent MLflow run:
 
 - ``report.md``: final coverage and entropy, their AUCs (and k-NN entropy where logged), goal
-  success, as mean ± sample std over seeds; the relative AUC improvement of each method over
+  success, the final goal-reaching evaluation's success where the runs evaluated, as mean ± sample std over seeds; the relative AUC improvement of each method over
   AdaGoal, DISCOVER and Random as in the paper's table (:mod:`~sun_lightning.results.relative`);
 - ``summary.csv`` (a row per method) and ``runs.csv`` (a row per run): the same numbers;
-- ``curves.png``: coverage and entropy against env frames, mean ± std band over seeds;
+- ``curves.png``: coverage and entropy (and eval success, where evaluated) against env frames, mean ± std band over
+  seeds;
 - ``heatmaps.png``: each method's final heatmaps (its lowest finished seed), one colour scale per column.
 
 With one seed a cell is the value alone (the ``n`` column says 1), never "± 0.000"; a metric that
@@ -34,6 +35,7 @@ from sun_lightning.tracking import env_name
 
 COVERAGE, ENTROPY = "explore/visits/coverage", "explore/visits/entropy"
 KNN, SUCCESS = "explore/visits/knn_entropy", "explore/goals/success"
+EVAL_SUCCESS = "eval/success"
 
 #: The methods' names in tables and legends (keys of ``sun_lightning.methods.METHODS``; the README's names).
 METHOD_LABELS = {"sun": "SUN adaptive", "sun_per_step": "SUN per-step", "sun_episodic": "SUN episodic",
@@ -87,15 +89,17 @@ def run_values(record: RunRecord) -> dict[str, float | None]:
         "entropy AUC": record.auc(ENTROPY),
         "k-NN entropy": record.final.get(KNN),
         "goal success": record.final.get(SUCCESS) if goals else None,
+        "eval success": record.final.get(EVAL_SUCCESS),
     }
 
 
 def summarize(runs: dict[str, list[RunRecord]]) -> dict[str, dict[str, Stat | None]]:
     """Method → column → statistic over its seeds (``None``: n/a); k-NN entropy where a run logged it."""
     values = {method: [run_values(record) for record in records] for method, records in runs.items()}
-    columns = ["coverage", "entropy", "coverage AUC", "entropy AUC", "k-NN entropy", "goal success"]
-    if not any(v["k-NN entropy"] is not None for rows in values.values() for v in rows):
-        columns.remove("k-NN entropy")
+    columns = ["coverage", "entropy", "coverage AUC", "entropy AUC", "k-NN entropy", "goal success", "eval success"]
+    for optional in ("k-NN entropy", "eval success"):  # columns of runs that logged them
+        if not any(v[optional] is not None for rows in values.values() for v in rows):
+            columns.remove(optional)
     return {method: {column: Stat.of([v[column] for v in rows]) for column in columns}
             for method, rows in values.items()}
 
@@ -178,12 +182,15 @@ def write_report(out_dir: str | Path, env_id: str, runs: dict[str, list[RunRecor
     summary = summarize(runs)
     relative = relative_table(summary)
     written, figures = [], []
+    drawn = {COVERAGE: "coverage", ENTROPY: "entropy"}
+    if any(EVAL_SUCCESS in r.histories for records in runs.values() for r in records):
+        drawn[EVAL_SUCCESS] = "eval success"
     curves = {f"{label(m)}": {metric: [r.histories[metric] for r in records if metric in r.histories]
-                              for metric in (COVERAGE, ENTROPY)} for m, records in runs.items() if records}
+                              for metric in drawn} for m, records in runs.items() if records}
     if curves:
-        written.append(save_png(band_figure(curves, {COVERAGE: "coverage", ENTROPY: "entropy"},
-                                            f"{env_name(env_id)}: mean ± std over seeds"), out / "curves.png"))
-        figures.append(("coverage and entropy against env frames", "curves.png"))
+        written.append(save_png(band_figure(curves, drawn, f"{env_name(env_id)}: mean ± std over seeds"),
+                                out / "curves.png"))
+        figures.append((" and ".join(drawn.values()) + " against env frames", "curves.png"))
     if snapshots:
         shown = {f"{label(m)} (seed {min(r.seed for r in runs[m])})": s for m, s in snapshots.items()}
         written.append(save_png(comparison_figure(GoalGrid.of(env_id), shown,

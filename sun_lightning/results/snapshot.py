@@ -5,7 +5,10 @@ A :class:`HeatmapSnapshot` holds images over the run's :class:`~sun_lightning.re
 - ``visits``: the entries of D per cell (the replay contents, the visitation density the metrics count);
 - ``selected`` / ``reached``: goals selected / reached since the previous snapshot (the paper shows
   goal selections at 25/50/75/100 % of training);
-- ``values``: V(s₀, g); ``scores``: the selection rule's score from s₀ (:mod:`~sun_lightning.results.value_maps`).
+- ``values``: V(s₀, g); ``scores``: the selection rule's score from s₀ (:mod:`~sun_lightning.results.value_maps`);
+- ``eval_points`` / ``eval_success``: where the goals of the latest goal-reaching evaluation lie in the picture
+  and the fraction of those reached there (:mod:`sun_lightning.evaluation`; goals sharing a position, as the goal
+  actions of a tile or PointMaze-H's cells over one column, are averaged).
 
 It is saved beside its picture (``heatmaps/heatmaps_<pct>.npz``), so that a comparison report draws
 every method's final heatmaps on one colour scale without re-running anything.
@@ -45,6 +48,9 @@ class HeatmapSnapshot:
     scores: np.ndarray | None = None
     start: tuple[float, float] | None = None
     selector: str = ""
+    eval_points: np.ndarray | None = None
+    eval_success: np.ndarray | None = None
+    eval_frames: int = -1
 
     def save(self, path: str | Path) -> None:
         """Write the snapshot as ``.npz`` (plain arrays, no pickles)."""
@@ -64,11 +70,22 @@ class HeatmapSnapshot:
                    visits=get["visits"], selected=get["selected"], reached=get["reached"],
                    values=get.get("values"), scores=get.get("scores"),
                    start=None if start is None else (float(start[0]), float(start[1])),
-                   selector=str(get.get("selector", "")))
+                   selector=str(get.get("selector", "")), eval_points=get.get("eval_points"),
+                   eval_success=get.get("eval_success"), eval_frames=int(get.get("eval_frames", -1)))
+
+
+def success_points(grid: GoalGrid, goal: torch.Tensor, reached: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Where evaluation goals ``[N, goal_dim]`` are drawn (``[M, 2]``, distinct positions) and the fraction of the
+    goals at each that were reached (``[M]``)."""
+    points = torch.tensor([grid.position(g) for g in goal], dtype=torch.float64).reshape(-1, 2)
+    unique, inverse = torch.unique(points, dim=0, return_inverse=True)
+    hits = torch.zeros(len(unique), dtype=torch.float64).index_add_(0, inverse, reached.double())
+    counts = torch.zeros(len(unique), dtype=torch.float64).index_add_(0, inverse, torch.ones(len(inverse), dtype=torch.float64))
+    return unique.numpy(), (hits / counts).numpy()
 
 
 def take_snapshot(datamodule, learner, grid: GoalGrid, selected: list[torch.Tensor], reached: list[torch.Tensor],
-                  frames: int, percent: int) -> HeatmapSnapshot:
+                  frames: int, percent: int, evaluation=None, eval_frames: int = -1) -> HeatmapSnapshot:
     """The snapshot of a running fit: D's contents, the goals given, and V and the score from s₀.
 
     Args:
@@ -77,6 +94,8 @@ def take_snapshot(datamodule, learner, grid: GoalGrid, selected: list[torch.Tens
         grid: the run's goal grid.
         selected, reached: goal projections ``[n_i, goal_dim]`` selected / reached since the last snapshot.
         frames, percent: when.
+        evaluation: the latest :class:`~sun_lightning.evaluation.EvalResult`, if the run evaluates, and
+            ``eval_frames``, the env frames it was taken at.
     """
     storage, space, selector = datamodule.storage, datamodule.goal_space, datamodule.selector
     n = len(storage)
@@ -89,6 +108,9 @@ def take_snapshot(datamodule, learner, grid: GoalGrid, selected: list[torch.Tens
     empty = torch.zeros(0, space.goal_dim)
     goals = [grid.histogram(torch.cat([empty, *window])) for window in (selected, reached)]
     snapshot = HeatmapSnapshot(datamodule.env_id, frames, percent, visits, *goals, selector=type(selector).__name__)
+    if evaluation is not None:
+        snapshot.eval_points, snapshot.eval_success = success_points(grid, evaluation.goals.goal, evaluation.reached)
+        snapshot.eval_frames = eval_frames
     obs = start_observation(storage)
     if obs is None or not selector.learns:
         return snapshot

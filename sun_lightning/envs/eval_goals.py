@@ -1,0 +1,93 @@
+"""The fixed evaluation goals of each environment (issue 27; the goal-reaching evaluation of JaxGCRL and DISCOVER).
+
+A goal-reaching evaluation pursues the same goals at every evaluation, from the environment's start
+states, so that its success rate is a curve over training. Which goals those are is a fact of the
+environment, like its goal projection and reach rule (SPEC §9: they live with the registration, not
+in the trainer): every environment module registers a function beside its environment with
+:func:`register_eval_goals`, and :func:`eval_goals` reads it by id.
+
+The sets (built in the environment modules):
+
+- point and ant mazes: the centre of every free cell;
+- ArmPush-H: a grid of cube positions on the table within the arm's reach;
+- classic control: a grid over the goal bounds (× every goal action);
+- gridworlds: every free tile where an action can be taken (× every goal action).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True, eq=False)
+class EvalGoals:
+    """A fixed set of N evaluation goals.
+
+    Attributes:
+        goal: goal projections ``[N, goal_dim]`` (float32).
+        goal_action: goal actions ``[N]`` (long) where goals include an action (discrete spaces), else ``None``.
+    """
+
+    goal: torch.Tensor
+    goal_action: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return self.goal.shape[0]
+
+    def subset(self, max_goals: int | None) -> EvalGoals:
+        """At most ``max_goals`` of the goals, evenly spaced through the set (the same ones every time)."""
+        n = len(self)
+        if max_goals is None or n <= max_goals:
+            return self
+        index = torch.linspace(0, n - 1, max_goals).round().long().unique()
+        return EvalGoals(self.goal[index], None if self.goal_action is None else self.goal_action[index])
+
+
+_EVAL_GOALS: dict[str, Callable[[], EvalGoals]] = {}
+
+
+_BUILT: dict[str, EvalGoals] = {}
+
+
+def register_eval_goals(env_id: str, make: Callable[[], EvalGoals]) -> None:
+    """Record the function building ``env_id``'s evaluation goals (called beside the environment's registration;
+    registering an id again, as a new gridworld layout does, replaces its goals)."""
+    _EVAL_GOALS[env_id] = make
+    _BUILT.pop(env_id, None)
+
+
+def has_eval_goals(env_id: str) -> bool:
+    return env_id in _EVAL_GOALS
+
+
+def eval_goals(env_id: str) -> EvalGoals:
+    """The evaluation goals of a registered environment.
+
+    Raises:
+        KeyError: the environment registered none (an environment added from outside the package).
+    """
+    if env_id not in _EVAL_GOALS:
+        raise KeyError(f"{env_id} has no evaluation goals: register them with "
+                       "sun_lightning.envs.eval_goals.register_eval_goals, or set eval.every_frames 0")
+    if env_id not in _BUILT:
+        _BUILT[env_id] = _EVAL_GOALS[env_id]()
+    return _BUILT[env_id]
+
+
+def grid_points(axes: Sequence[Sequence[float]]) -> torch.Tensor:
+    """Every combination of the per-dimension values ``axes`` ``[∏ len(axis), len(axes)]``, the last axis fastest."""
+    return torch.tensor(list(itertools.product(*axes)), dtype=torch.float32)
+
+
+def linspace_axes(low: Sequence[float], high: Sequence[float], counts: Sequence[int]) -> list[list[float]]:
+    """``counts[d]`` evenly spaced values from ``low[d]`` to ``high[d]`` for each dimension d."""
+    return [torch.linspace(lo, hi, n, dtype=torch.float64).tolist() for lo, hi, n in zip(low, high, counts)]
+
+
+def with_actions(goal: torch.Tensor, num_actions: int) -> EvalGoals:
+    """Every goal projection paired with every goal action (goal-major): ``N × num_actions`` goals."""
+    return EvalGoals(goal.repeat_interleave(num_actions, 0), torch.arange(num_actions).repeat(goal.shape[0]))
