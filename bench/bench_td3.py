@@ -70,6 +70,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--frames", type=int, default=0, help="learning frames of a whole-run measurement (0: none)")
+    parser.add_argument("--compile", action="store_true", help="also time the single learner with compile_targets")
     args = parser.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import torch
@@ -92,6 +93,12 @@ def main() -> None:
                 rows.append((config, name, precision, ms))
                 print(f"{config:<24s} {name:<14s} {precision:<11s} {ms:8.1f} ms/update {1000 / ms:7.1f} updates/s",
                       flush=True)
+        if args.compile:
+            single.hparams.compile_targets = True
+            for precision in PRECISIONS:
+                ms = 1000 * time_updates(single, dm, args.updates, precision, args.device)
+                print(f"{config:<24s} {'single, compiled targets':<14s} {precision:<11s} {ms:8.1f} ms/update", flush=True)
+            single.hparams.compile_targets, single._compiled = False, None
         if args.frames:
             for precision in PRECISIONS:
                 extra = ["--trainer.precision", precision]

@@ -142,6 +142,11 @@ class SUNCLI(LightningCLI):
         check_family(config.model.class_path, datamodule.goal_space, datamodule.env_id)
         return datamodule.goal_space
 
+    def before_fit(self) -> None:
+        line = getattr(self, "precision_line", None)
+        if line and self.trainer.is_global_zero:
+            print(line, flush=True)
+
     def after_fit(self) -> None:
         """The end-of-run summary: final metrics, where the run, its checkpoint and its results are, and how to look."""
         if not self.trainer.is_global_zero:
@@ -183,9 +188,9 @@ class SUNCLI(LightningCLI):
         if config is None:
             return
         if config.get("auto_bf16"):
-            config.trainer.precision, line = precision.choose(config.trainer.get("accelerator"),
-                                                              config.trainer.get("precision"))
-            print(line, flush=True)
+            # Said once the run starts (before_fit), so that a refused config prints its one error line alone.
+            config.trainer.precision, self.precision_line = precision.choose(config.trainer.get("accelerator"),
+                                                                             config.trainer.get("precision"))
         # The run's name, <env>-<method>-seed<k> (issue 19), also names its checkpoint folder, so that a later
         # ``--ckpt_path last`` finds it (Lightning resolves ``last`` before any callback's setup).
         # (LightningCLI has resolved ``seed_everything: true`` to the drawn seed by now.)

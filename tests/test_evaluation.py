@@ -57,7 +57,7 @@ def test_gridworld_goals_are_every_free_tile_and_goal_action():
 
 
 def test_every_environment_has_goals_of_its_goal_space():
-    for env_id in env_ids():
+    for env_id in [e for e in env_ids() if e.startswith("sun_lightning/")]:  # (not gymnasium ids given a data.goal)
         goals, space = eval_goals(env_id), goal_space(env_id)
         assert goals.goal.shape == (len(goals), space.goal_dim) and len(goals) > 0, env_id
         assert (goals.goal_action is not None) == space.discrete, env_id

@@ -12,13 +12,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LEVEL = {
-    "keys": -1, "errors": -1, "distributed": -1, "losses": 0, "networks": 0, "native": 0,
+    "keys": -1, "errors": -1, "distributed": -1, "precision": -1, "losses": 0, "domains": 0, "safe_pickle": 0, "integrity": 0, "networks": 0, "native": 0,
     "envs": 1,
     "replay": 2,
     "goals": 3, "metrics": 3,
     "learners": 4, "results": 5,
     "data": 5, "cli": 5, "compare": 5, "methods": 5, "tracking": 5, "mlflow_logger": 5, "runtime": 5, "resume": 5,
-    "__main__": 5, "callbacks": 5,
+    "__main__": 5, "callbacks": 5, "evaluation": 5, "study": 5, "identity": 5,
 }
 
 

@@ -79,13 +79,13 @@ def test_the_layout_is_registered_under_its_own_id():
 
 
 def _readme_layout_config() -> str:
-    """The YAML block of the README's "Custom gridworld" section."""
-    section = (ROOT / "README.md").read_text().split("## Custom gridworld", 1)[1].split("\n## ", 1)[0]
+    """The YAML block of the "Custom gridworld" section of docs/custom-envs.md."""
+    section = (ROOT / "docs" / "custom-envs.md").read_text().split("## Custom gridworld", 1)[1].split("\n## ", 1)[0]
     return re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
 
 
 def test_the_readme_custom_gridworld_config_trains(tmp_path, monkeypatch):
-    """The README's example as written, for a few hundred frames: the run learns on that map, heatmaps draw it."""
+    """The documented example as written, for a few hundred frames: the run learns on that map, heatmaps draw it."""
     monkeypatch.chdir(tmp_path)
     config = tmp_path / "corridor.yaml"
     config.write_text(_readme_layout_config())

@@ -131,6 +131,8 @@ def test_a_config_with_auto_bf16_says_which_precision_it_chose(tmp_path, monkeyp
     cli = main(["--config", str(ROOT / "conf" / "point_maze_s.yaml"), "--data.total_frames", "1040",
                 "--trainer.logger", "false"], run=False)
     assert cli.trainer.precision == "32-true"
+    assert "precision" not in capsys.readouterr().out  # said when the run starts, not before the config is checked
+    cli.before_fit()
     assert capsys.readouterr().out.count("precision: 32-true (no bf16 matrix units") == 1
 
 

@@ -35,7 +35,10 @@ def readme_errors() -> list[tuple[str, str]]:
     return examples
 
 
-EXAMPLES = readme_errors()
+#: Examples that need a prepared state (a damaged or another run's checkpoint, a broken YAML file): those exact
+#: lines are checked by ``tests/test_checkpoint_trust.py``, which makes that state first.
+PREPARED = ("--ckpt_path", "conf/x.yaml")
+EXAMPLES = [(command, shown) for command, shown in readme_errors() if not any(p in command for p in PREPARED)]
 
 
 def test_the_docs_show_their_error_examples():

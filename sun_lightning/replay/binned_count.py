@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from sun_lightning.metrics.coverage import binned_cells
+from sun_lightning.envs.cells import binned_cells
 from sun_lightning.replay.pseudocount_scale import sigma_due, standardization
 
 #: Bins per goal dimension (the paper's evaluation grid).
