@@ -242,6 +242,10 @@ class ExplorationDataModule(pl.LightningDataModule):
                         batches = self._learning_batches(updates)
                         self.untrained.append(batches)
                         yield batches
+            if not learns:
+                # No updates (Random): an empty training step per vector step still runs Lightning's batch-end
+                # hooks, so checkpoints are written on their period and at the end, and the run resumes.
+                yield []
         if self.trainer is not None:
             self.trainer.should_stop = True
 

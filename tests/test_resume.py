@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from sun_lightning.cli import main
+from sun_lightning.methods import method_args
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEED = "perf/speed/frames_per_second"  # wall-clock, the one metric that may differ
@@ -51,12 +52,14 @@ def _kill_after(args: list[str], checkpoint: Path, cwd: Path, timeout: float = 9
     assert proc.returncode == -signal.SIGKILL
 
 
-@pytest.mark.parametrize("config", ["three_room.yaml", "cart_pole.yaml"])
-def test_killed_run_resumes_to_the_same_metrics(config, tmp_path, monkeypatch):
+@pytest.mark.parametrize("config,method", [("three_room.yaml", "sun"), ("cart_pole.yaml", "sun"),
+                                           ("three_room.yaml", "random")])
+def test_killed_run_resumes_to_the_same_metrics(config, method, tmp_path, monkeypatch):
+    """Random, which never updates, checkpoints and resumes like a learning run (its steps are empty)."""
     monkeypatch.chdir(tmp_path)
-    args = _args(config, total=1600, warmup=400, every=400)
+    args = _args(config, 1600, 400, 400, *method_args(method))  # total, warm-up, period
     whole = _final(main(args))
-    name = {"three_room.yaml": "ThreeRoom-sun-seed0", "cart_pole.yaml": "CartPole-sun-seed0"}[config]
+    name = {"three_room.yaml": "ThreeRoom", "cart_pole.yaml": "CartPole"}[config] + f"-{method}-seed0"
     folder = tmp_path / "checkpoints" / name
     names = sorted(p.name for p in folder.glob("*.ckpt"))
     # Every 400 frames from the first update on (the first batch comes one vector step after the warm-up).
