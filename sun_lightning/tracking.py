@@ -96,6 +96,9 @@ def first_line(error: BaseException, limit: int = 200) -> str:
 
 def store_error(tracking_uri: str, error: BaseException) -> ConfigError:
     """The one-line report of a store that cannot be used at start-up (nothing has run yet, so nothing is lost)."""
+    if "_alembic_tmp_" in str(error):  # MLflow's schema migration was cut (a store from before create_sqlite_store)
+        return ConfigError(f"MLflow store {absolute_uri(tracking_uri)} was left half-created by a run killed while "
+                           "MLflow created it (it holds no runs): delete it and run again")
     return ConfigError(f"MLflow store {absolute_uri(tracking_uri)} cannot be used ({first_line(error)}): check its "
                        "permissions and free space, log elsewhere with --trainer.logger.init_args.tracking_uri "
                        "sqlite:///<folder>/mlflow.db, or run without tracking with --trainer.logger false")
@@ -153,6 +156,17 @@ def check_sqlite(database: Path) -> None:
         connection.close()
 
 
+def create_sqlite_store(database: Path) -> None:
+    """Create MLflow's schema in ``<database>.init`` and rename it into place: a run killed while MLflow
+    migrates a fresh store (a dozen Alembic steps, a few seconds) leaves no half-migrated ``database``, which
+    MLflow could never open again (``table _alembic_tmp_... already exists``)."""
+    part = database.with_name(database.name + ".init")
+    part.unlink(missing_ok=True)
+    engine_uri = f"sqlite:///{part}"
+    mlflow.MlflowClient(engine_uri).search_experiments(max_results=1)  # creates and migrates the schema
+    os.replace(part, database)
+
+
 def prepare_store(tracking_uri: str, experiment: str, artifact_location: str | None = None) -> None:
     """Check the tracking store before a run uses it; create a sqlite store and its experiment once, under a file lock.
 
@@ -175,8 +189,10 @@ def prepare_store(tracking_uri: str, experiment: str, artifact_location: str | N
         database.parent.mkdir(parents=True, exist_ok=True)
         with open(database.with_name(database.name + ".lock"), "w") as lock, quiet_store_logs():
             fcntl.flock(lock, fcntl.LOCK_EX)
+            if not database.exists() or database.stat().st_size == 0:
+                create_sqlite_store(database)
             check_sqlite(database)
-            client = mlflow.MlflowClient(tracking_uri)  # creates and migrates the schema
+            client = mlflow.MlflowClient(tracking_uri)
             if client.get_experiment_by_name(experiment) is None:
                 client.create_experiment(experiment, artifact_location=artifact_location)
     except Exception as error:  # OSError, sqlite3's, MLflow's, SQLAlchemy's: all mean "this store cannot be used"

@@ -171,6 +171,29 @@ def test_a_store_that_cannot_be_used_at_start_is_a_one_line_error(tmp_path):
         _ = logger.run_id
 
 
+def test_a_run_killed_while_mlflow_creates_the_store_leaves_it_creatable(tmp_path):
+    """SIGKILL in the middle of MLflow's schema migration of a fresh store (found by the soak, issue 29): the next
+    launch creates the store and its experiment, instead of failing on MLflow's half-migrated tables forever."""
+    database = tmp_path / "mlruns" / "mlflow.db"
+    code = (f"from sun_lightning.tracking import prepare_store; prepare_store('sqlite:///{database}', 'sun_lightning')")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.DEVNULL)
+    part = database.with_name("mlflow.db.init")
+    start = time.monotonic()
+    def written(path: Path) -> bool:
+        return path.exists() and path.stat().st_size > 0
+
+    while not (written(part) or written(database)) and proc.poll() is None and time.monotonic() - start < 120:
+        time.sleep(0.002)
+    time.sleep(0.3)  # inside the migration (its first tables are written; it takes seconds)
+    proc.kill()
+    assert proc.wait() == -9  # killed mid-way, not finished
+    assert not database.exists() or database.stat().st_size == 0  # nothing half-made under the store's name
+    prepare_store(f"sqlite:///{database}", "sun_lightning")
+    assert not part.exists()
+    assert mlflow.MlflowClient(f"sqlite:///{database}").get_experiment_by_name("sun_lightning") is not None
+
+
 # ---- the queue, against a store that fails and recovers -------------------------------------------
 class FlakyClient:
     """Stands in for MLflow's client: refuses every call while ``down``, records what it takes otherwise."""
