@@ -242,3 +242,21 @@ def test_goal_keys_evaluate_each_distinct_goal_once_with_the_same_values():
     # the head ran on one row per distinct (state, tile), not on 120
     distinct = sum(len(set(t.tolist())) for t in tiles)
     assert rows == [distinct, 120]
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 1e3])
+def test_the_lean_gradient_clip_is_torch_clip_grad_norm_bit_for_bit(max_norm):
+    from sun_lightning.learners.dqn import clip_grad_norm
+
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(shape)) for shape in ((64, 19), (64,), (256, 192), (16, 64))]
+    for p in params:
+        p.grad = torch.randn_like(p) * 3
+    original = [p.grad.clone() for p in params]
+    ref_params = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    for p, g in zip(ref_params, original):
+        p.grad = g.clone()
+    torch.nn.utils.clip_grad_norm_(ref_params, max_norm, foreach=True)
+    clip_grad_norm(params, max_norm)
+    assert all(torch.equal(p.grad, r.grad) for p, r in zip(params, ref_params))
+    assert (max_norm > 100) == all(torch.equal(p.grad, g) for p, g in zip(params, original))  # clipped only when over

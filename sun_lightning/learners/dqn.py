@@ -28,6 +28,18 @@ QFunction = Callable[..., torch.Tensor]
 TRAIN_STATS = ("train/loss/td", "train/q/taken", "train/q/target", "train/trace/continue")
 
 
+def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> None:
+    """``torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)`` for parameters on one device and of one
+    dtype: the same operations (bit for bit) without its grouping and wrappers, which cost as much as the
+    operations on the DQN's ten small tensors, once per update."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return
+    with torch.no_grad():
+        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+        torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+
+
 class DQNSVF(Learner):
     """Learns Q(s, a, g_s, g_a) with Double DQN, TD(λ) and Watkins's cut traces (SPEC §5a).
 
@@ -190,14 +202,15 @@ class DQNSVF(Learner):
         trainer = self._trainer
         if trainer is not None and getattr(trainer.precision_plugin, "scaler", None) is not None:
             return super().clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
-        torch.nn.utils.clip_grad_norm_(self.q.parameters(), gradient_clip_val, foreach=True)
+        clip_grad_norm(optimizer.param_groups[0]["params"], gradient_clip_val)
 
     def update(self, batch: TensorDictBase) -> None:
         """One learner update: Huber TD(λ) loss, backward, gradient-norm clip, AdamW step, Polyak step."""
         loss, stats = self.loss_and_stats(batch)
         self.check_finite("train/loss/td", loss)
         opt = self.optimizers()
-        opt.zero_grad(set_to_none=True)
+        for p in opt.param_groups[0]["params"]:  # zero_grad(set_to_none=True) without its per-call machinery
+            p.grad = None
         self.manual_backward(loss)
         self.clip_gradients(opt, self.hparams.grad_clip, "norm")
         opt.step()
