@@ -7,7 +7,8 @@ file exists, after the launch's first new checkpoint so that the run moves on), 
 * the soaked run's metrics (every step of every metric but the wall-clock ``perf/*``) equal the reference's;
 * every checkpoint left is intact (:func:`sun_lightning.integrity.verify`) and no ``.part`` is left;
 * the MLflow store holds one run, FINISHED, with each metric step logged once;
-* the peak RSS of the launches killed while writing a checkpoint (the same point of the run) stays within 10 %.
+* memory: no launch needs more than 10 % over the uninterrupted run's peak RSS, and the launches killed while
+  writing a checkpoint after the warm-up (the learner's buffers allocated) peak within 10 % of each other.
 
 ``python bench/soak.py [--cycles 20] [--configs three_room point_maze_s] [--out bench/soak.json]`` prints one line
 per config and writes the figures as JSON (they go into BENCHMARKS.md).
@@ -68,21 +69,23 @@ def _stderr_since_launch(cwd: Path) -> str:
     return (cwd / "stderr.log").read_text().rsplit("--- launch at ", 1)[-1]
 
 
-def reference(config: str, workdir: Path) -> tuple[float, float]:
-    """Run ``config`` uninterrupted in ``workdir``; returns its wall time and the time to its first checkpoint (s)."""
+def reference(config: str, workdir: Path) -> tuple[float, float, int]:
+    """Run ``config`` uninterrupted in ``workdir``; returns its wall time and the time to its first checkpoint (s),
+    and its peak RSS (KiB)."""
     workdir.mkdir(parents=True, exist_ok=True)
     folder = workdir / "checkpoints" / CONFIGS[config][0]
-    start, first = time.monotonic(), None
+    start, first, peak = time.monotonic(), None, 0
     proc = _launch(_command(config), workdir)
     while proc.poll() is None:
+        peak = max(peak, _rss_kib(proc.pid))
         if first is None and folder.exists() and any(folder.glob("frames=*.ckpt")):
             first = time.monotonic() - start
-        time.sleep(0.05)
+        time.sleep(0.01)
     err = _stderr_since_launch(workdir)
     if proc.returncode != 0:
         raise RuntimeError(f"the reference run of {config} failed ({proc.returncode}): {err[-2000:]}")
     total = time.monotonic() - start
-    return total, first or total
+    return total, first or total, peak
 
 
 def cycle(command: list[str], cwd: Path, folder: Path, rng: random.Random, during_write: bool,
@@ -91,14 +94,15 @@ def cycle(command: list[str], cwd: Path, folder: Path, rng: random.Random, durin
     before = set(folder.glob("frames=*.ckpt")) if folder.exists() else set()
     deadline = rng.uniform(1.0, horizon_s)
     proc = _launch(command, cwd)
-    start, peak, moment = time.monotonic(), 0, "random"
+    start, peak, moment, frames = time.monotonic(), 0, "random", None
     while proc.poll() is None:
         peak = max(peak, _rss_kib(proc.pid))
         elapsed = time.monotonic() - start
         if during_write:
             wrote = folder.exists() and set(folder.glob("frames=*.ckpt")) - before
-            if wrote and any(folder.glob("*.part")):
-                moment = "checkpoint write"
+            parts = list(folder.glob("frames=*.part")) if wrote else []
+            if parts:
+                moment, frames = "checkpoint write", int(parts[0].name.split("=")[1].split(".")[0])
                 break
             if elapsed > 4 * horizon_s:
                 break  # no second checkpoint in sight: kill anyway
@@ -110,7 +114,7 @@ def cycle(command: list[str], cwd: Path, folder: Path, rng: random.Random, durin
         return {"ended": proc.returncode, "seconds": time.monotonic() - start, "peak_rss_kib": peak, "err": err[-500:]}
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    return {"killed_at_s": round(time.monotonic() - start, 3), "moment": moment, "peak_rss_kib": peak}
+    return {"killed_at_s": round(time.monotonic() - start, 3), "moment": moment, "frames": frames, "peak_rss_kib": peak}
 
 
 def _histories(store: Path) -> tuple[list, dict[str, list[tuple[int, float]]]]:
@@ -132,7 +136,7 @@ def soak(config: str, workdir: Path, cycles: int = 20, seed: int = 0) -> dict:
 
     rng = random.Random(seed)
     name = CONFIGS[config][0]
-    base_s, first_s = reference(config, workdir / "reference")
+    base_s, first_s, base_peak = reference(config, workdir / "reference")
     command = [*_command(config), "--ckpt_path", "last"]
     run_dir = workdir / "soak"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -157,8 +161,15 @@ def soak(config: str, workdir: Path, cycles: int = 20, seed: int = 0) -> dict:
     repeated = [key for key, history in got.items() if len({step for step, _ in history}) != len(history)]
     damaged = {str(path): verify(path)[0] for path in sorted(folder.glob("*.ckpt")) if verify(path)[0] is not None}
     parts = [str(path) for path in folder.glob("*.part")]
-    steady = [launch["peak_rss_kib"] for launch in launches if launch.get("moment") == "checkpoint write"]
+    # Memory: no launch of the soaked run may need more than the uninterrupted run did (state that grew with each
+    # resume would); and the launches killed while writing a checkpoint after the warm-up, with the learner's
+    # buffers allocated, stay within 10 % of each other (during the warm-up a run has not allocated them yet).
+    peaks = [launch["peak_rss_kib"] for launch in launches]
+    warmup = int(CONFIGS[config][1][CONFIGS[config][1].index("--data.warmup_frames") + 1])
+    steady = [launch["peak_rss_kib"] for launch in launches
+              if launch.get("moment") == "checkpoint write" and launch["frames"] > warmup]
     rss_spread = (max(steady) - min(steady)) / min(steady) if len(steady) > 1 else 0.0
+    over_reference = max(peaks) / base_peak - 1.0
     report = {
         "config": config, "cycles": sum("killed_at_s" in launch for launch in launches),
         "killed_during_write": sum(launch.get("moment") == "checkpoint write" for launch in launches),
@@ -166,12 +177,13 @@ def soak(config: str, workdir: Path, cycles: int = 20, seed: int = 0) -> dict:
         "fallback_notes": notes, "metrics_compared": len(compared), "metrics_differing": differ,
         "steps_logged_twice": repeated, "mlflow_runs": len(runs),
         "mlflow_status": [run.info.status for run in runs], "damaged_checkpoints": damaged, "part_files": parts,
+        "reference_peak_rss_mib": round(base_peak / 1024, 1), "rss_over_reference": round(over_reference, 4),
         "steady_peak_rss_mib": [round(kib / 1024, 1) for kib in steady], "rss_spread": round(rss_spread, 4),
         "launches": launches,
     }
     report["passed"] = (report["final_rc"] == 0 and not differ and not repeated and len(runs) == 1
                         and report["mlflow_status"] == ["FINISHED"] and not damaged and not parts
-                        and rss_spread <= 0.10 and len(compared) > 0)
+                        and rss_spread <= 0.10 and over_reference <= 0.10 and len(steady) > 1 and len(compared) > 0)
     return report
 
 
@@ -190,8 +202,9 @@ def main() -> None:
               f"({report['killed_during_write']} during a checkpoint write), reference {report['reference_s']} s, "
               f"soak {report['soak_s']} s, {report['metrics_compared']} metrics equal: {not report['metrics_differing']}, "
               f"MLflow {report['mlflow_status']}, steps twice: {report['steps_logged_twice']}, damaged: "
-              f"{report['damaged_checkpoints']}, peak RSS {report['steady_peak_rss_mib']} MiB "
-              f"(spread {report['rss_spread']:.1%})", flush=True)
+              f"{report['damaged_checkpoints']}, peak RSS {report['steady_peak_rss_mib']} MiB after the warm-up "
+              f"(spread {report['rss_spread']:.1%}; highest launch {report['rss_over_reference']:+.1%} against the "
+              f"uninterrupted run's {report['reference_peak_rss_mib']} MiB)", flush=True)
     args.out.write_text(json.dumps(reports, indent=1) + "\n")
 
 
