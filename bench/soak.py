@@ -100,9 +100,10 @@ def cycle(command: list[str], cwd: Path, folder: Path, rng: random.Random, durin
         elapsed = time.monotonic() - start
         if during_write:
             wrote = folder.exists() and set(folder.glob("frames=*.ckpt")) - before
-            parts = list(folder.glob("frames=*.part")) if wrote else []
-            if parts:
-                moment, frames = "checkpoint write", int(parts[0].name.split("=")[1].split(".")[0])
+            parts = sorted(folder.glob("*.part")) if wrote else []
+            if parts:  # frames=<N>.ckpt.part (serializing), or last.ckpt.part (copying frames=<N>.ckpt)
+                named = [p for p in parts if p.name.startswith("frames=")] or sorted(folder.glob("frames=*.ckpt"))
+                moment, frames = "checkpoint write", int(named[-1].name.split("=")[1].split(".")[0])
                 break
             if elapsed > 4 * horizon_s:
                 break  # no second checkpoint in sight: kill anyway
