@@ -21,6 +21,7 @@ import subprocess
 import threading
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 
 import mlflow
@@ -157,13 +158,16 @@ def check_sqlite(database: Path) -> None:
 
 
 def create_sqlite_store(database: Path) -> None:
-    """Create MLflow's schema in ``<database>.init`` and rename it into place: a run killed while MLflow
+    """Create MLflow's schema in ``<database>.init-<pid>-<id>`` and rename it into place: a run killed while MLflow
     migrates a fresh store (a dozen Alembic steps, a few seconds) leaves no half-migrated ``database``, which
     MLflow could never open again (``table _alembic_tmp_... already exists``)."""
-    part = database.with_name(database.name + ".init")
-    part.unlink(missing_ok=True)
-    engine_uri = f"sqlite:///{part}"
-    mlflow.MlflowClient(engine_uri).search_experiments(max_results=1)  # creates and migrates the schema
+    database = database.resolve()
+    for stale in database.parent.glob(database.name + ".init*"):  # a killed creator's (callers hold the store's lock)
+        stale.unlink(missing_ok=True)
+    # A name of its own: MLflow caches a store per URI, and a second store created in the same process under a
+    # name used before would reach the first one's (renamed) file.
+    part = database.with_name(f"{database.name}.init-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    mlflow.MlflowClient(f"sqlite:///{part}").search_experiments(max_results=1)  # creates and migrates the schema
     os.replace(part, database)
 
 

@@ -178,19 +178,21 @@ def test_a_run_killed_while_mlflow_creates_the_store_leaves_it_creatable(tmp_pat
     code = (f"from sun_lightning.tracking import prepare_store; prepare_store('sqlite:///{database}', 'sun_lightning')")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.DEVNULL)
-    part = database.with_name("mlflow.db.init")
     start = time.monotonic()
     def written(path: Path) -> bool:
         return path.exists() and path.stat().st_size > 0
 
-    while not (written(part) or written(database)) and proc.poll() is None and time.monotonic() - start < 120:
+    def part_written() -> bool:
+        return any(written(part) for part in database.parent.glob("mlflow.db.init*"))
+
+    while not (part_written() or written(database)) and proc.poll() is None and time.monotonic() - start < 120:
         time.sleep(0.002)
     time.sleep(0.3)  # inside the migration (its first tables are written; it takes seconds)
     proc.kill()
     assert proc.wait() == -9  # killed mid-way, not finished
     assert not database.exists() or database.stat().st_size == 0  # nothing half-made under the store's name
     prepare_store(f"sqlite:///{database}", "sun_lightning")
-    assert not part.exists()
+    assert list(database.parent.glob("mlflow.db.init*")) == []  # the killed creator's file is gone
     assert mlflow.MlflowClient(f"sqlite:///{database}").get_experiment_by_name("sun_lightning") is not None
 
 
