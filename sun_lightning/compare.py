@@ -23,7 +23,8 @@ study report :mod:`sun_lightning.results.study` (the improvement averaged over
 environments, a grid of curves, a bar chart). ``--launcher ray`` runs each run as a
 Ray task (:mod:`sun_lightning.study.ray_launcher`). docs/study.md has the whole story.
 
-The exit status is 1 when a run failed or did not finish, and the failed runs are named.
+The exit status is 1 when a run failed or did not finish, and the failed runs are named. Ctrl-C (or SIGTERM)
+stops the running runs, each with a checkpoint, and exits 130; the same command resumes them.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from sun_lightning.methods import METHODS, method_args
 from sun_lightning.results.report import fmt, fmt_percent, label, summarize, write_report
 from sun_lightning.results.runs import RunRecord, finished_runs, load_snapshot
 from sun_lightning.results.study import averaged_relative, write_study
-from sun_lightning.study.local import run_local
+from sun_lightning.study.local import StudyInterrupted, run_local
 from sun_lightning.study.plan import (PAPER_CONFIGS, PAPER_METHODS, RunSpec, budget_args, config_env_id,
                                       parse_grid, plan)
 from sun_lightning.study.ray_launcher import MISSING, require_ray, run_ray
@@ -231,7 +232,13 @@ def main(argv: list[str] | None = None) -> None:
             failed = run_ray(todo, args.experiment, uri, run_extra, log_dir, args.address, args.cpus_per_run,
                              args.gpus_per_run, args.threads, args.retries, nest)
         else:
-            failed = run_local(todo, args.experiment, uri, run_extra, log_dir, args.jobs, args.threads, nest)
+            try:
+                failed = run_local(todo, args.experiment, uri, run_extra, log_dir, args.jobs, args.threads, nest)
+            except StudyInterrupted as stop:
+                client.update_run(parent, status="KILLED")
+                print(f"interrupted: {stop}; each saved a checkpoint, and the same command resumes the study",
+                      file=sys.stderr)
+                sys.exit(130)
     study = report(client, args, args.specs, parent, [f.split(" ", 1)[0] for f in failed])
     for config, env_id in dict.fromkeys((s.config, s.env_id) for s in args.specs):
         print(f"\n{config}, experiment {args.experiment!r}: final values and AUCs (mean ± std over seeds)")

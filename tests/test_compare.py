@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import csv
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import mlflow
 import pytest
+import torch
 
 from sun_lightning import compare
 from sun_lightning.cli import main
@@ -122,6 +125,37 @@ def test_a_small_comparison_runs_end_to_end_and_resumes(tmp_path):
     assert summary["sun"]["n"] == summary["random"]["n"] == "1" and summary["sun"]["frames"] == "600"
     second = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0 and "started" not in second.stdout  # finished runs are not repeated
+
+
+def test_stopping_the_runner_stops_its_runs_with_checkpoints(tmp_path):
+    """SIGTERM (as Ctrl-C) on the runner: both running runs save a checkpoint past their warm-up and stop, no run
+    starts after it, the MLflow runs are KILLED (not FINISHED), and the runner exits 130 saying how to resume."""
+    names = ["ThreeRoom-sun-seed0", "ThreeRoom-sun-seed1"]
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "sun_lightning.compare", "--config", str(ROOT / "conf/three_room.yaml"),
+         "--methods", "sun", "--seeds", "0", "1", "2", "--jobs", "2", "--experiment", "stop", "--",
+         "--data.total_frames", "1000000", "--data.warmup_frames", "400", "--data.num_envs", "4",
+         "--metrics.log_every_frames", "200", "--trainer.enable_progress_bar", "false"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    logs = [tmp_path / "mlruns/logs/stop" / f"{name}.log" for name in names]
+    deadline = time.monotonic() + 300
+    while not all(log.is_file() and "[frames 600]" in log.read_text() for log in logs):
+        assert runner.poll() is None and time.monotonic() < deadline, runner.communicate()
+        time.sleep(0.5)
+    runner.send_signal(signal.SIGTERM)
+    out, err = runner.communicate(timeout=180)
+    assert runner.returncode == 130, out + err
+    assert "interrupted: stopped 2 run(s)" in err and "the same command resumes the study" in err
+    assert "seed2" not in out  # nothing started after the stop
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("stop").experiment_id])
+    assert sorted(r.info.run_name for r in runs if r.info.run_name in names) == names
+    assert {r.info.status for r in runs if r.info.run_name in names} == {"KILLED"}
+    for name, log in zip(names, logs):
+        assert "interrupted: saving a checkpoint and stopping" in log.read_text()
+        checkpoint = tmp_path / "checkpoints/stop" / name / "last.ckpt"
+        frames = torch.load(checkpoint, weights_only=False, map_location="cpu")["ExplorationDataModule"]["frames"]
+        assert 600 <= frames < 1_000_000
 
 
 @pytest.mark.parametrize("method", ["discover", "adagoal", "sun"])

@@ -1,12 +1,60 @@
-"""A study's runs as local processes, ``jobs`` at a time (the default launcher of :mod:`sun_lightning.compare`)."""
+"""A study's runs as local processes, ``jobs`` at a time (the default launcher of :mod:`sun_lightning.compare`).
+
+Ctrl-C (or SIGTERM) on the runner is passed on to its running runs as one Ctrl-C each: every run saves a
+checkpoint and stops (callbacks/checkpoint.py), the runner waits for them and starts no new run, and the same
+command resumes the study. A second Ctrl-C is passed on too and stops the runs at once. The runs live in
+process groups of their own, so a terminal's Ctrl-C reaches them only through the runner, once.
+"""
 
 from __future__ import annotations
 
+import signal
+import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from sun_lightning.study.plan import RunSpec, checkpoint_dir, fit_args, start_fit
+
+
+class StudyInterrupted(Exception):
+    """The runner was asked to stop; its running runs saved checkpoints and stopped.
+
+    Args:
+        stopped: the names of the runs that were running and stopped.
+    """
+
+    def __init__(self, stopped: list[str]) -> None:
+        super().__init__(f"stopped {len(stopped)} run(s): {', '.join(stopped) or 'none'}")
+        self.stopped = stopped
+
+
+class _ForwardStop:
+    """While active (main thread only), SIGINT and SIGTERM set :attr:`requests` and pass SIGINT to the runs."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, running: list) -> None:
+        self.running, self.requests, self._previous = running, 0, {}
+
+    def __enter__(self) -> "_ForwardStop":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, self._on_signal) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+
+    def _on_signal(self, signum, frame) -> None:
+        self.requests += 1
+        if self.requests == 1:
+            print(f"\n{signal.Signals(signum).name}: each running run saves a checkpoint and stops; the same command "
+                  "resumes the study (Ctrl-C again: stop them at once)", file=sys.stderr, flush=True)
+        for _, process, *_ in self.running:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
 
 
 def run_local(specs: list[RunSpec], experiment: str, tracking_uri: str, extra: Callable[[RunSpec], tuple[str, ...]],
@@ -19,27 +67,40 @@ def run_local(specs: list[RunSpec], experiment: str, tracking_uri: str, extra: C
 
     Returns:
         ``"<run name> (exit <code>, log <path>)"`` of every run whose process failed.
+
+    Raises:
+        StudyInterrupted: after a Ctrl-C or SIGTERM, once the running runs have saved their checkpoints and stopped.
     """
-    queue, running, failed = list(specs), [], []
-    while queue or running:
-        while queue and len(running) < jobs:
-            spec = queue.pop(0)
-            log_path = log_dir / f"{spec.name}.log"
-            process, log, resumed = start_fit(fit_args(spec, experiment, tracking_uri, extra(spec)),
-                                              checkpoint_dir(experiment, spec.name), Path.cwd(), log_path, threads)
-            running.append((spec.name, process, log, time.perf_counter()))
-            print(f"{'resumed' if resumed else 'started'} {spec.name} (log {log_path})", flush=True)
-        time.sleep(0.5)
-        for entry in list(running):
-            name, process, log, start = entry
-            if process.poll() is None:
-                continue
-            running.remove(entry)
-            log.close()
-            status = "finished" if process.returncode == 0 else f"FAILED (exit {process.returncode}, see {log.name})"
-            print(f"{name} {status} in {(time.perf_counter() - start) / 60:.1f} min", flush=True)
-            if process.returncode == 0:
-                on_finished(name)
-            else:
-                failed.append(f"{name} (exit {process.returncode}, log {log.name})")
+    queue, running, failed, stopped = list(specs), [], [], []
+    with _ForwardStop(running) as stop:
+        while (queue and not stop.requests) or running:
+            while queue and len(running) < jobs and not stop.requests:
+                spec = queue.pop(0)
+                log_path = log_dir / f"{spec.name}.log"
+                process, log, resumed = start_fit(fit_args(spec, experiment, tracking_uri, extra(spec)),
+                                                  checkpoint_dir(experiment, spec.name), Path.cwd(), log_path, threads)
+                running.append((spec.name, process, log, time.perf_counter()))
+                print(f"{'resumed' if resumed else 'started'} {spec.name} (log {log_path})", flush=True)
+            time.sleep(0.5)
+            for entry in list(running):
+                name, process, log, start = entry
+                if process.poll() is None:
+                    continue
+                running.remove(entry)
+                log.close()
+                minutes = (time.perf_counter() - start) / 60
+                if stop.requests:
+                    stopped.append(name)
+                    print(f"{name} stopped (exit {process.returncode}) after {minutes:.1f} min", flush=True)
+                    if process.returncode == 0:
+                        on_finished(name)  # nests it under the study's parent run, finished or stopped
+                    continue
+                status = "finished" if process.returncode == 0 else f"FAILED (exit {process.returncode}, see {log.name})"
+                print(f"{name} {status} in {minutes:.1f} min", flush=True)
+                if process.returncode == 0:
+                    on_finished(name)
+                else:
+                    failed.append(f"{name} (exit {process.returncode}, log {log.name})")
+    if stop.requests:
+        raise StudyInterrupted(stopped)
     return failed

@@ -170,6 +170,8 @@ def start_fit(args: list[str], ckpt_dir: Path, cwd: Path, log_path: Path, thread
     log = open(log_path, "a")
     log.write(f"== {'resuming from ' + str(ckpt_dir / LAST) if resumed else 'starting'}{attempt_note}\n")
     log.flush()
-    process = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=env,
+    # A process group of its own: a terminal's Ctrl-C reaches the run through the runner, which passes it on and
+    # waits for the run's checkpoint (sun_lightning.study.local), not beside the runner's own exit.
+    process = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
                                preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     return process, log, resumed
