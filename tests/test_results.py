@@ -265,3 +265,17 @@ def test_report_shows_the_final_eval_success_where_runs_evaluated(tmp_path):
     assert "coverage and entropy and eval success against env frames" in (tmp_path / "report.md").read_text()
     # runs without evaluation: no column
     assert "eval success" not in summarize({"sun": [_record("sun", 0, [0.2], [0.5])]})["sun"]
+
+
+def test_eval_success_is_drawn_on_its_whole_range_and_coverage_on_its_own():
+    from sun_lightning.results.curves import band_figure, run_curves_figure
+
+    flat = ([1000, 2000, 3000], [0.048, 0.048, 0.048])  # the start cell only, all run long
+    rising = ([1000, 2000, 3000], [0.01, 0.02, 0.03])
+    fig = band_figure({"SUN": {COV: [rising], "eval/success": [flat]}}, {COV: "coverage", "eval/success": "eval success"},
+                      "t")
+    coverage_ax, eval_ax = fig.axes
+    assert eval_ax.get_ylim() == (-0.02, 1.02)
+    assert coverage_ax.get_ylim()[1] < 0.05  # a fraction that is not a rate keeps matplotlib's own range
+    single = run_curves_figure({"eval/success": flat, COV: rising}, "t")
+    assert [ax.get_ylim() == (-0.02, 1.02) for ax in single.axes] == [False, True]

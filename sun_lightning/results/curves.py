@@ -17,6 +17,10 @@ from matplotlib.figure import Figure
 CURVES = {"explore/visits/coverage": "coverage", "explore/visits/entropy": "entropy",
           "explore/visits/knn_entropy": "k-NN entropy", "eval/success": "eval success"}
 
+#: Curves that are rates, drawn on their whole range: a flat eval success of 0.048 (the start cell only) on an
+#: axis of its own would fill the panel like a rising curve.
+RATES = {"eval/success": (-0.02, 1.02)}
+
 Curve = tuple[Sequence[float], Sequence[float]]
 
 
@@ -29,7 +33,7 @@ def run_curves_figure(histories: dict[str, Curve], title: str) -> Figure:
     for ax, name in zip(axes, names):
         steps, values = histories[name]
         ax.plot(steps, values, marker="o" if len(steps) < 3 else None, markersize=4)
-        label_axes(ax, CURVES[name])
+        label_axes(ax, CURVES[name], name)
     fig.suptitle(title, fontsize=9)
     return fig
 
@@ -70,7 +74,7 @@ def band_figure(by_method: dict[str, dict[str, Sequence[Curve]]], metrics: dict[
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     for ax, (name, label) in zip(axes, metrics.items()):
         plot_bands(ax, by_method, name)
-        label_axes(ax, label)
+        label_axes(ax, label, name)
     axes[0].legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     return fig
@@ -95,8 +99,10 @@ def plot_bands(ax, by_method: dict[str, dict[str, Sequence[Curve]]], metric: str
             ax.fill_between(frames, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
 
 
-def label_axes(ax, name: str) -> None:
-    """An env-frames x axis and a ``name`` y axis, in the reports' style."""
+def label_axes(ax, name: str, metric: str | None = None) -> None:
+    """An env-frames x axis and a ``name`` y axis, in the reports' style; a rate's (:data:`RATES`) whole range."""
+    if metric in RATES:
+        ax.set_ylim(*RATES[metric])
     ax.set_xlabel("env frames", fontsize=8)
     ax.set_ylabel(name, fontsize=8)
     ax.tick_params(labelsize=7)

@@ -76,7 +76,7 @@ def curves_grid(study: Study, title: str) -> Figure:
                                 for metric in metrics} for m, records in runs.items() if records}
         for ax, (metric, name) in zip(row, metrics.items()):
             plot_bands(ax, by_method, metric, colors)
-            label_axes(ax, f"{env_name(env_id)}: {name}")
+            label_axes(ax, f"{env_name(env_id)}: {name}", metric)
     handles = {h.get_label().split(" (n = ")[0]: h for ax in axes.flat for h in ax.get_lines()}
     fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=min(len(handles), 5),
                fontsize=7)
