@@ -279,3 +279,22 @@ def test_eval_success_is_drawn_on_its_whole_range_and_coverage_on_its_own():
     assert coverage_ax.get_ylim()[1] < 0.05  # a fraction that is not a rate keeps matplotlib's own range
     single = run_curves_figure({"eval/success": flat, COV: rising}, "t")
     assert [ax.get_ylim() == (-0.02, 1.02) for ax in single.axes] == [False, True]
+
+
+def test_report_gives_the_diagnosis_signals_by_hand(tmp_path):
+    runs = {"sun": [_record("sun", 0, [0.2], [0.5]), _record("sun", 1, [0.4], [0.7])],
+            "random": [_record("random", 0, [0.1], [0.4], goals=0.0)]}
+    for record, distance, resel in zip(runs["sun"] + runs["random"], (4.0, 6.0, 9.0), (0.1, 0.3, 0.0)):
+        record.final["eval/final_distance"] = distance
+        record.final["explore/goals/reselection_rate"] = resel
+    write_report(tmp_path, THREE_ROOM, runs, {})
+    text = (tmp_path / "report.md").read_text()
+    lines = text.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("| method | eval final distance"))
+    assert lines[header] == "| method | eval final distance | reselection rate |"  # only what the runs logged
+    sun, rnd = ([c.strip() for c in line.split("|")[1:-1]] for line in lines[header + 2:header + 4])
+    assert sun == ["SUN adaptive", f"5.000 ± {np.std([4.0, 6.0], ddof=1):.3f}", f"0.200 ± {np.std([0.1, 0.3], ddof=1):.3f}"]
+    assert rnd == ["Random", "9.000", "n/a"]  # a rule without goals has no reselection rate
+    # runs that logged none of them: no table
+    write_report(tmp_path / "plain", THREE_ROOM, {"sun": [_record("sun", 0, [0.2], [0.5])]}, {})
+    assert "What the runs did" not in (tmp_path / "plain/report.md").read_text()

@@ -5,7 +5,8 @@ comparison's parent MLflow run:
 
 - ``report.md``: final coverage and entropy, their AUCs (and k-NN entropy where logged), goal
   success, the final goal-reaching evaluation's success where the runs evaluated, as mean ± sample std over seeds; the relative AUC improvement of each method over
-  AdaGoal, DISCOVER and Random as in the paper's table (:mod:`~sun_lightning.results.relative`);
+  AdaGoal, DISCOVER and Random as in the paper's table (:mod:`~sun_lightning.results.relative`); what the runs did
+  at the end (:data:`SIGNALS`: eval distance, steps to goal, reselection rate, Q), the diagnosis of a loss;
 - ``summary.csv`` (a row per method) and ``runs.csv`` (a row per run): the same numbers;
 - ``curves.png``: coverage and entropy (and eval success, where evaluated) against env frames, mean ± std band over
   seeds;
@@ -36,6 +37,11 @@ from sun_lightning.tracking import env_name
 COVERAGE, ENTROPY = "explore/visits/coverage", "explore/visits/entropy"
 KNN, SUCCESS = "explore/visits/knn_entropy", "explore/goals/success"
 EVAL_SUCCESS = "eval/success"
+#: What a run did in its last logging window, for a diagnosis where a method loses (issue 27): how far the
+#: goal-conditioned policy gets from the evaluation goals, how long its own goals take, how often it reselects.
+SIGNALS = {"eval/final_distance": "eval final distance", "eval/steps_to_goal": "eval steps to goal",
+           "explore/goals/steps_to_goal": "steps to goal", "explore/goals/reselection_rate": "reselection rate",
+           "train/q/taken": "Q(s, a, g)"}
 
 #: The methods' names in tables and legends (keys of ``sun_lightning.methods.METHODS``; the README's names).
 METHOD_LABELS = {"sun": "SUN adaptive", "sun_per_step": "SUN per-step", "sun_episodic": "SUN episodic",
@@ -104,6 +110,18 @@ def summarize(runs: dict[str, list[RunRecord]]) -> dict[str, dict[str, Stat | No
             for method, rows in values.items()}
 
 
+def signals(runs: dict[str, list[RunRecord]]) -> dict[str, dict[str, Stat | None]]:
+    """Method → :data:`SIGNALS` column → its final value over seeds (``None``: not logged); columns no run logged
+    are left out. Goal statistics of a rule that drew no goal are n/a, as in :func:`summarize`."""
+    columns = {name: title for name, title in SIGNALS.items()
+               if any(name in r.final for records in runs.values() for r in records)}
+    goal_only = ("explore/goals/steps_to_goal", "explore/goals/reselection_rate")
+    return {method: {title: Stat.of([r.final.get(name) for r in records
+                                     if r.goals_selected > 0 or name not in goal_only])
+                     for name, title in columns.items()}
+            for method, records in runs.items()}
+
+
 def relative_table(summary: dict[str, dict[str, Stat | None]]) -> dict[str, dict[str, float | None]]:
     """Method → ``"<metric> AUC vs <baseline>"`` → relative improvement in percent (``None``: n/a), over the
     baselines of :data:`~sun_lightning.results.relative.BASELINES` that were run."""
@@ -141,6 +159,14 @@ def markdown(env_id: str, runs: dict[str, list[RunRecord]], summary, relative, c
                   "| method | " + " | ".join(rel_columns) + " |", "|---" * (len(rel_columns) + 1) + "|"]
         for method, row in relative.items():
             lines.append(f"| {label(method)} | " + " | ".join(fmt_percent(row[c]) for c in rel_columns) + " |")
+    diagnosis = signals(runs)
+    sig_columns = list(next(iter(diagnosis.values()), {}))
+    if sig_columns:
+        lines += ["", "What the runs did (their last logging window; `docs/tracking.md` defines each metric): where a "
+                  "method loses, these say whether its policy reaches goals at all.", "",
+                  "| method | " + " | ".join(sig_columns) + " |", "|---" * (len(sig_columns) + 1) + "|"]
+        for method, row in diagnosis.items():
+            lines.append(f"| {label(method)} | " + " | ".join(fmt(row[c]) for c in sig_columns) + " |")
     for title, path in figures:
         lines += ["", f"![{title}]({path})"]
     if failed:
