@@ -8,6 +8,7 @@ import lightning.pytorch as pl
 
 from sun_lightning.distributed import mean_over_ranks
 from sun_lightning.domains import PositiveInt, check_arguments
+from sun_lightning.metrics.behaviour import behaviour_metrics
 from sun_lightning.metrics.exploration import exploration_metrics
 
 
@@ -20,6 +21,8 @@ class ExplorationLogger(pl.Callback):
     - ``explore/visits/{coverage,entropy}``: over all visits in D.
     - ``explore/visits/knn_entropy``: at the end only, when ``knn_entropy`` is set.
     - ``explore/goals/*``: goal statistics of the window (see ``CollectionStats``).
+    - ``explore/episodes/reach``, ``explore/actions/saturation``: how far the window's episodes got and how
+      saturated its continuous actions were (:mod:`sun_lightning.metrics.behaviour`).
     - ``train/*``: learner statistics averaged over the window's updates.
     - ``perf/speed/frames_per_second``: env frames per wall-clock second in the window.
 
@@ -61,6 +64,7 @@ class ExplorationLogger(pl.Callback):
                 return {}
         visits = dm.pseudocount.visits() if dm.goal_space.exact_counts else None
         metrics = exploration_metrics(dm.storage, visits, knn=final and self.knn_entropy)
+        metrics.update(behaviour_metrics(dm.storage, self._last_frames // dm.storage.num_envs))
         metrics.update(window)
         metrics.update(train)
         metrics["perf/speed/frames_per_second"] = (frames - self._last_frames) / max(now - self._last_time, 1e-9)
