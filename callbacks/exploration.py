@@ -21,8 +21,9 @@ class ExplorationLogger(pl.Callback):
     - ``explore/visits/{coverage,entropy}``: over all visits in D.
     - ``explore/visits/knn_entropy``: at the end only, when ``knn_entropy`` is set.
     - ``explore/goals/*``: goal statistics of the window (see ``CollectionStats``).
-    - ``explore/episodes/reach``, ``explore/actions/saturation``: how far the window's episodes got and how
-      saturated its continuous actions were (:mod:`sun_lightning.metrics.behaviour`).
+    - ``explore/episodes/reach``, ``explore/actions/{unmoved,saturation}``: how far the window's episodes got,
+      how many steps went nowhere and how saturated its continuous actions were
+      (:mod:`sun_lightning.metrics.behaviour`).
     - ``train/*``: learner statistics averaged over the window's updates.
     - ``perf/speed/frames_per_second``: env frames per wall-clock second in the window.
 

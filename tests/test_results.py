@@ -298,3 +298,10 @@ def test_report_gives_the_diagnosis_signals_by_hand(tmp_path):
     # runs that logged none of them: no table
     write_report(tmp_path / "plain", THREE_ROOM, {"sun": [_record("sun", 0, [0.2], [0.5])]}, {})
     assert "What the runs did" not in (tmp_path / "plain/report.md").read_text()
+
+
+def test_small_means_keep_three_significant_figures():
+    assert Stat(0.00217, 0.00021, 3).format() == "0.00217 ± 0.00021"
+    assert Stat(0.0476, None, 1).format() == "0.0476"
+    assert Stat(0.5, 0.354, 2).format() == "0.500 ± 0.354" and Stat(0.0, 0.0, 2).format() == "0.000 ± 0.000"
+    assert Stat(-0.03, None, 1).format() == "-0.0300"

@@ -1,9 +1,11 @@
-"""What the agent's episodes did, from D: how far each got in the goal space, and how saturated its actions are.
+"""What the agent's episodes did, from D: how far each got in the goal space, how many of its steps went nowhere,
+and how saturated its actions are.
 
 Coverage says where D has been; these say why it has not been further, the signals of a diagnosis where a
 method loses (issue 27). An episode's *reach* is the farthest its goal coordinates got from where the episode
 started (an ant that flails in place reaches ≈ 2 units in a maze of 5-unit cells; a cube that is never pushed,
-0). *Saturation* is the fraction of continuous action components at a bound of [−1, 1] (the actor's tanh
+0). *Unmoved* steps leave the goal coordinates where they were: a kinematic point's or a gridworld agent's move
+into a wall is refused, so a policy that pursues goals behind walls shows here. *Saturation* is the fraction of continuous action components at a bound of [−1, 1] (the actor's tanh
 range and the random baseline's): a TD3 actor whose Q gives its actions one direction everywhere pins them
 there, and uniform random actions sit at a bound ≈ 1 % of the time (:data:`SATURATED`).
 
@@ -65,6 +67,13 @@ def episode_reach(goals: torch.Tensor, episode_end: torch.Tensor, since: int = 0
     return farthest[episode[ended]]
 
 
+def unmoved_fraction(goals: torch.Tensor, next_goals: torch.Tensor) -> float:
+    """Fraction of the steps after which the goal coordinates ``[..., d]`` are unchanged (within 1e-6)."""
+    if not goals.numel():
+        return float("nan")
+    return float(torch.isclose(next_goals, goals, rtol=0.0, atol=1e-6).all(-1).float().mean())
+
+
 def action_saturation(actions: torch.Tensor) -> float:
     """Fraction of the action components with |a| ≥ :data:`SATURATED` (continuous actions in [−1, 1])."""
     return float((actions.abs() >= SATURATED).float().mean()) if actions.numel() else float("nan")
@@ -72,14 +81,18 @@ def action_saturation(actions: torch.Tensor) -> float:
 
 def behaviour_metrics(storage: GoalReplayStorage, since_step: int) -> dict[str, float]:
     """``explore/episodes/reach`` (mean over the episodes that ended since ``since_step``, an absolute vector-env
-    step; continuous goal spaces) and, for continuous actions, ``explore/actions/saturation`` over the steps
-    since then. Empty where neither applies or nothing is held."""
+    step; continuous goal spaces), ``explore/actions/unmoved`` and, for continuous actions,
+    ``explore/actions/saturation`` over the steps since then. Empty where nothing is held."""
     if len(storage) == 0:
         return {}
     index = chronological_index(storage)
     since = max(since_step - (storage.steps - storage.steps_held), 0)
-    entries = storage.get(index, (keys.OBS, keys.ACTION, keys.EPISODE_END)).cpu()
+    entries = storage.get(index, (keys.OBS, keys.ACTION, keys.NEXT_OBS, keys.EPISODE_END)).cpu()
     out = {}
+    if since < index.shape[0]:
+        project = storage.space.project
+        out["explore/actions/unmoved"] = unmoved_fraction(project(entries[keys.OBS][since:]),
+                                                          project(entries[keys.NEXT_OBS][since:]))
     if not storage.space.exact_counts:  # a gridworld's goals are one-hot tiles: no distance to speak of
         reach = episode_reach(storage.space.project(entries[keys.OBS]).float(), entries[keys.EPISODE_END], since)
         if reach.numel():

@@ -6,7 +6,7 @@ comparison's parent MLflow run:
 - ``report.md``: final coverage and entropy, their AUCs (and k-NN entropy where logged), goal
   success, the final goal-reaching evaluation's success where the runs evaluated, as mean ± sample std over seeds; the relative AUC improvement of each method over
   AdaGoal, DISCOVER and Random as in the paper's table (:mod:`~sun_lightning.results.relative`); what the runs did
-  at the end (:data:`SIGNALS`: episode reach, action saturation, eval distance, steps to goal, reselection rate,
+  at the end (:data:`SIGNALS`: episode reach, unmoved steps, action saturation, eval distance, steps to goal, reselection rate,
   Q), the diagnosis of a loss;
 - ``summary.csv`` (a row per method) and ``runs.csv`` (a row per run): the same numbers;
 - ``curves.png``: coverage and entropy (and eval success, where evaluated) against env frames, mean ± std band over
@@ -40,7 +40,8 @@ KNN, SUCCESS = "explore/visits/knn_entropy", "explore/goals/success"
 EVAL_SUCCESS = "eval/success"
 #: What a run did in its last logging window, for a diagnosis where a method loses (issue 27): how far the
 #: goal-conditioned policy gets from the evaluation goals, how long its own goals take, how often it reselects.
-SIGNALS = {"explore/episodes/reach": "episode reach", "explore/actions/saturation": "action saturation",
+SIGNALS = {"explore/episodes/reach": "episode reach", "explore/actions/unmoved": "unmoved steps",
+           "explore/actions/saturation": "action saturation",
            "eval/final_distance": "eval final distance", "eval/steps_to_goal": "eval steps to goal",
            "explore/goals/steps_to_goal": "steps to goal", "explore/goals/reselection_rate": "reselection rate",
            "train/q/taken": "Q(s, a, g)"}
@@ -75,6 +76,10 @@ class Stat:
         return cls(float(kept.mean()), float(kept.std(ddof=1)) if kept.size > 1 else None, int(kept.size))
 
     def format(self, digits: int = 3) -> str:
+        """``digits`` decimals, or more for a mean below 0.1 so that it keeps 3 significant figures (PointMaze-H's
+        coverage is 0.00217, not 0.002)."""
+        if self.mean and abs(self.mean) < 0.1:
+            digits = max(digits, 2 - math.floor(math.log10(abs(self.mean))))
         return f"{self.mean:.{digits}f}" + ("" if self.std is None else f" ± {self.std:.{digits}f}")
 
 
