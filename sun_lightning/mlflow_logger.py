@@ -108,6 +108,9 @@ class SUNMLFlowLogger(MLFlowLogger):
         run_id: str | None = None,
         synchronous: bool | None = None,
     ) -> None:
+        # Absolute: MLflow keeps one database engine per URI in a process, so a relative ``sqlite:///mlruns/...``
+        # would log a second in-process run (a notebook, after a chdir) into the first folder's store.
+        tracking_uri = absolute_uri(tracking_uri) if tracking_uri else tracking_uri
         super().__init__(experiment_name=experiment_name, run_name=run_name, tracking_uri=tracking_uri, tags=tags,
                          save_dir=save_dir, log_model=log_model, prefix=prefix, artifact_location=artifact_location,
                          run_id=run_id, synchronous=synchronous)

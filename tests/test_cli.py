@@ -166,3 +166,14 @@ def test_a_checkpoint_resumes_the_learner_and_its_optimizer(tmp_path, monkeypatc
     opt = second.model.optimizers().optimizer
     assert type(opt) is torch.optim.AdamW and second.model.target_update.calls == 400
     assert all(float(s["step"]) == 400 for s in opt.state.values())
+
+
+def test_two_in_process_runs_in_two_folders_log_to_their_own_stores(tmp_path, monkeypatch):
+    """MLflow keeps one engine per tracking URI in a process: the default relative store must not carry over."""
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        monkeypatch.chdir(tmp_path / folder)
+        fit("three_room.yaml")
+    for folder in ("a", "b"):
+        table = runs(tmp_path / folder)
+        assert len(table) == 1 and table.status[0] == "FINISHED", folder
