@@ -128,18 +128,18 @@ def test_a_small_comparison_runs_end_to_end_and_resumes(tmp_path):
 
 
 def test_stopping_the_runner_stops_its_runs_with_checkpoints(tmp_path):
-    """SIGTERM (as Ctrl-C) on the runner: both running runs save a checkpoint past their warm-up and stop, no run
+    """SIGTERM (as Ctrl-C) on the runner: both running runs save a checkpoint past their warm-up (200 frames) and stop, no run
     starts after it, the MLflow runs are KILLED (not FINISHED), and the runner exits 130 saying how to resume."""
     names = ["ThreeRoom-sun-seed0", "ThreeRoom-sun-seed1"]
     runner = subprocess.Popen(
         [sys.executable, "-m", "sun_lightning.compare", "--config", str(ROOT / "conf/three_room.yaml"),
          "--methods", "sun", "--seeds", "0", "1", "2", "--jobs", "2", "--experiment", "stop", "--",
-         "--data.total_frames", "1000000", "--data.warmup_frames", "400", "--data.num_envs", "4",
+         "--data.total_frames", "1000000", "--data.warmup_frames", "200", "--data.num_envs", "4",
          "--metrics.log_every_frames", "200", "--trainer.enable_progress_bar", "false"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     logs = [tmp_path / "mlruns/logs/stop" / f"{name}.log" for name in names]
     deadline = time.monotonic() + 300
-    while not all(log.is_file() and "[frames 600]" in log.read_text() for log in logs):
+    while not all(log.is_file() and "[frames 400]" in log.read_text() for log in logs):
         assert runner.poll() is None and time.monotonic() < deadline, runner.communicate()
         time.sleep(0.5)
     runner.send_signal(signal.SIGTERM)
@@ -155,7 +155,7 @@ def test_stopping_the_runner_stops_its_runs_with_checkpoints(tmp_path):
         assert "interrupted: saving a checkpoint and stopping" in log.read_text()
         checkpoint = tmp_path / "checkpoints/stop" / name / "last.ckpt"
         frames = torch.load(checkpoint, weights_only=False, map_location="cpu")["ExplorationDataModule"]["frames"]
-        assert 600 <= frames < 1_000_000
+        assert 400 <= frames < 1_000_000
 
 
 @pytest.mark.parametrize("method", ["discover", "adagoal", "sun"])
