@@ -219,7 +219,8 @@ class SUNCLI(LightningCLI):
             resumed = _resumed_run(config)
             if resumed and not args.get("run_id"):
                 args.run_id = resumed  # a resumed run continues its MLflow run
-            args.tags = {**(args.get("tags") or {}), **run_tags(env_id, method, seed)}
+            accelerator = config.get("trainer", {}).get("accelerator") or "auto"
+            args.tags = {**(args.get("tags") or {}), **run_tags(env_id, method, seed, str(accelerator))}
             logger.init_args = args
 
 

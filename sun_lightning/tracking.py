@@ -2,7 +2,7 @@
 which params it gets, and the parent run of a comparison (issue 19, "Results a researcher can look at").
 
 A ``fit`` run is named ``<env>-<method>-seed<k>`` (e.g. ``FourRoomStuck-sun-seed0``) and tagged
-``env``, ``env_id``, ``method``, ``seed`` and ``git_commit``; its params are the resolved config,
+``env``, ``env_id``, ``method``, ``seed``, ``git_commit`` and ``hardware``; its params are the resolved config,
 each hyperparameter once under its config path (``model.init_args.lr``), without the internal keys
 of LightningCLI and jsonargparse. The comparison runner (:mod:`sun_lightning.compare`) nests the
 runs of one comparison under a parent run (MLflow's ``mlflow.parentRunId`` tag).
@@ -15,6 +15,7 @@ import fcntl
 import functools
 import logging
 import os
+import platform
 import sqlite3
 import ssl
 import subprocess
@@ -228,9 +229,28 @@ def run_name(env_id: str, method: str, seed: int | None) -> str:
     return f"{env_name(env_id)}-{method}-seed{seed}"
 
 
-def run_tags(env_id: str, method: str, seed: int | None) -> dict[str, str]:
-    """The tags of a ``fit`` run: ``env`` (short name), ``env_id``, ``method``, ``seed``, ``git_commit``."""
-    return {"env": env_name(env_id), "env_id": env_id, "method": method, "seed": str(seed), "git_commit": git_commit()}
+def run_tags(env_id: str, method: str, seed: int | None, accelerator: str = "auto") -> dict[str, str]:
+    """The tags of a ``fit`` run: ``env`` (short name), ``env_id``, ``method``, ``seed``, ``git_commit``,
+    ``hardware`` (:func:`hardware` for the trainer's ``accelerator``)."""
+    return {"env": env_name(env_id), "env_id": env_id, "method": method, "seed": str(seed), "git_commit": git_commit(),
+            "hardware": hardware(accelerator)}
+
+
+def hardware(accelerator: str = "auto") -> str:
+    """Where a run computes: ``cuda (<GPU name>)`` or ``cpu (<CPU model>, <n> cores)``.
+
+    The comparison report names it beside each method: runs of one config on different hardware (or
+    different matrix-product kernels) agree statistically, not bit for bit.
+    """
+    import torch
+
+    if str(accelerator).lower() in ("auto", "gpu", "cuda") and torch.cuda.is_available():
+        return f"cuda ({torch.cuda.get_device_name()})"
+    model = platform.processor() or "unknown CPU"
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as cpuinfo:
+            model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), model)
+    return f"cpu ({model}, {os.cpu_count()} cores)"
 
 
 @functools.cache

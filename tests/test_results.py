@@ -300,6 +300,22 @@ def test_report_gives_the_diagnosis_signals_by_hand(tmp_path):
     assert "What the runs did" not in (tmp_path / "plain/report.md").read_text()
 
 
+def test_report_names_where_each_method_ran(tmp_path):
+    runs = {"sun": [_record("sun", 0, [0.2], [0.5]), _record("sun", 1, [0.4], [0.7])],
+            "discover": [_record("discover", 0, [0.2], [0.5])],
+            "random": [_record("random", 0, [0.1], [0.4], goals=0.0)]}
+    for record, place in zip(runs["sun"] + runs["discover"] + runs["random"],
+                             ("cpu (AMD EPYC, 2 cores)", "cpu (AMD EPYC, 2 cores)", "cuda (NVIDIA H100)", "")):
+        record.hardware = place
+    write_report(tmp_path, THREE_ROOM, runs, {})
+    lines = (tmp_path / "report.md").read_text().splitlines()
+    assert ("Hardware: SUN adaptive: cpu (AMD EPYC, 2 cores); DISCOVER: cuda (NVIDIA H100); "
+            "Random: not recorded.") in lines
+    # runs that do not say: no line
+    write_report(tmp_path / "plain", THREE_ROOM, {"sun": [_record("sun", 0, [0.2], [0.5])]}, {})
+    assert "Hardware" not in (tmp_path / "plain/report.md").read_text()
+
+
 def test_small_means_keep_three_significant_figures():
     assert Stat(0.00217, 0.00021, 3).format() == "0.00217 ± 0.00021"
     assert Stat(0.0476, None, 1).format() == "0.0476"

@@ -10,7 +10,7 @@ import numpy as np
 from sun_lightning.cli import main
 from sun_lightning.methods import METHODS, method_args
 from sun_lightning.results.snapshot import HeatmapSnapshot
-from sun_lightning.tracking import config_params, env_name, git_commit, method_of, run_name
+from sun_lightning.tracking import config_params, env_name, git_commit, hardware, method_of, run_name
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -55,6 +55,7 @@ def test_a_fit_leaves_a_run_a_researcher_can_read(tmp_path, monkeypatch):
     assert (tags["env"], tags["method"], tags["seed"]) == ("ThreeRoom", "sun", "1")
     assert tags["env_id"] == "sun_lightning/ThreeRoom-v0"
     assert tags["git_commit"] == git_commit() != ""
+    assert tags["hardware"] == hardware() and tags["hardware"].startswith("cpu (")  # CI has no GPU
 
     params = run.data.params
     assert params["model.init_args.lr"] == "0.001" and params["data.env_id"] == "sun_lightning/ThreeRoom-v0"

@@ -146,11 +146,22 @@ def relative_table(summary: dict[str, dict[str, Stat | None]]) -> dict[str, dict
 
 
 # ---- the files ---------------------------------------------------------------------------------------
+def hardware_line(runs: dict[str, list[RunRecord]]) -> list[str]:
+    """One line naming where each method's runs computed (methods grouped by hardware), if any run says."""
+    where: dict[str, list[str]] = {}
+    for method, records in runs.items():
+        for place in dict.fromkeys(r.hardware or "not recorded" for r in records):
+            where.setdefault(place, []).append(label(method))
+    if set(where) <= {"not recorded"}:
+        return []
+    return ["Hardware: " + "; ".join(f"{', '.join(methods)}: {place}" for place, methods in where.items()) + "."]
+
+
 def markdown(env_id: str, runs: dict[str, list[RunRecord]], summary, relative, context: Sequence[str],
              figures: Sequence[tuple[str, str]], failed: Sequence[str]) -> str:
     """``report.md``: the summary table, the relative-improvement table, the figures and the failed runs."""
     columns = list(next(iter(summary.values()), {}))
-    lines = [f"# {env_name(env_id)}: exploration by method", "", *context, "",
+    lines = [f"# {env_name(env_id)}: exploration by method", "", *context, *hardware_line(runs), "",
              "| method | n | frames | " + " | ".join(columns) + " |", "|---" * (len(columns) + 3) + "|"]
     for method, row in summary.items():
         frames = min((r.frames for r in runs[method]), default=0)

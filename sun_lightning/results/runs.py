@@ -34,6 +34,7 @@ class RunRecord:
         final: the last logged value of every metric.
         histories: (env frames, values) of the curve metrics (:data:`~sun_lightning.results.curves.CURVES`).
         goals_selected: goals drawn over the whole run (0 for a rule without goals).
+        hardware: where it ran (its ``hardware`` tag, :func:`~sun_lightning.tracking.hardware`; "" if untagged).
     """
 
     name: str
@@ -43,6 +44,7 @@ class RunRecord:
     final: dict[str, float] = field(default_factory=dict)
     histories: dict[str, Curve] = field(default_factory=dict)
     goals_selected: float = 0.0
+    hardware: str = ""
 
     @property
     def frames(self) -> int:
@@ -79,7 +81,8 @@ def finished_runs(client: mlflow.MlflowClient, experiment: str) -> dict[str, Run
         identity = _identity(run)
         if name in records or identity is None or run.data.tags.get(KIND_TAG) == "comparison":
             continue
-        record = RunRecord(name, run.info.run_id, *identity, final=dict(run.data.metrics))
+        record = RunRecord(name, run.info.run_id, *identity, final=dict(run.data.metrics),
+                           hardware=run.data.tags.get("hardware", ""))
         for metric in CURVES:
             if metric in run.data.metrics:
                 history = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, metric))
