@@ -33,7 +33,7 @@ class GoalEvaluation(pl.Callback):
     Args:
         every_frames: evaluation period in env frames; 0 or ``None`` turns the evaluation off.
         max_goals: evaluate at most this many of the environment's goals, evenly spaced through its set
-            (``None``: all of them; PointMaze-H has 2641).
+            (``None``: all of them; PointMaze-H has 2594).
         seed: seed of the evaluation envs' start states (and of a goal-free rule's random actions).
         verbose: print a one-line summary at every evaluation.
     """

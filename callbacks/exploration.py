@@ -20,7 +20,8 @@ class ExplorationLogger(pl.Callback):
 
     - ``explore/visits/{coverage,entropy}``: over all visits in D.
     - ``explore/visits/knn_entropy``: at the end only, when ``knn_entropy`` is set.
-    - ``explore/goals/*``: goal statistics of the window (see ``CollectionStats``).
+    - ``explore/goals/*``: goal statistics of the window (see ``CollectionStats``), and a rule's own state
+      (``GoalSelector.metrics``: DISCOVER's adapted weight on μ, ``explore/goals/mean_weight``).
     - ``explore/episodes/reach``, ``explore/actions/{unmoved,saturation}``: how far the window's episodes got,
       how many steps went nowhere and how saturated its continuous actions were
       (:mod:`sun_lightning.metrics.behaviour`).
@@ -67,6 +68,7 @@ class ExplorationLogger(pl.Callback):
         metrics = exploration_metrics(dm.storage, visits, knn=final and self.knn_entropy)
         metrics.update(behaviour_metrics(dm.storage, self._last_frames // dm.storage.num_envs))
         metrics.update(window)
+        metrics.update(dm.selector.metrics())
         metrics.update(train)
         metrics["perf/speed/frames_per_second"] = (frames - self._last_frames) / max(now - self._last_time, 1e-9)
         self._last_time, self._last_frames = now, frames

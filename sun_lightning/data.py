@@ -329,6 +329,8 @@ def _identity(batch: list[TensorDict]) -> list[TensorDict]:
     return batch
 
 
+NEXT_SELECTED, NEXT_RESELECTED = (keys.NEXT, keys.GOAL_SELECTED), (keys.NEXT, keys.GOAL_RESELECTED)
+
 #: What the loop reads of a collected vector step: the replay storage's entries (``STORED_KEYS``), then
 #: the goal transform's bookkeeping (absent for learners without goals).
 _STEP_KEYS = {keys.OBS: keys.OBS, keys.ACTION: keys.ACTION, keys.NEXT_OBS: keys.NEXT_OBS,
@@ -336,7 +338,9 @@ _STEP_KEYS = {keys.OBS: keys.OBS, keys.ACTION: keys.ACTION, keys.NEXT_OBS: keys.
 _GOAL_KEYS = {keys.GOAL: keys.GOAL, keys.GOAL_ACTION: keys.GOAL_ACTION,
               keys.GOAL_SELECTED: keys.GOAL_SELECTED, keys.GOAL_RESELECTED: keys.GOAL_RESELECTED,
               keys.RANDOM_PHASE: keys.RANDOM_PHASE, keys.GOAL_REACHED: (keys.NEXT, keys.GOAL_REACHED),
-              keys.GOAL_STEPS: (keys.NEXT, keys.GOAL_STEPS)}
+              keys.GOAL_STEPS: (keys.NEXT, keys.GOAL_STEPS),
+              # the goal of the state the step led to: newly drawn there (by the rule, not at an episode start)
+              NEXT_SELECTED: (keys.NEXT, keys.GOAL_SELECTED), NEXT_RESELECTED: (keys.NEXT, keys.GOAL_RESELECTED)}
 
 #: What goal listeners get, each ``[B]`` (one row per env): ``goal`` ``[B, goal_dim]`` and ``goal_action`` (the goal
 #: pursued from this step's state), ``goal_selected`` (drawn at this state), ``goal_reselected`` (drawn other than at
@@ -371,6 +375,7 @@ class CollectionStats:
         self.frames = self.episodes = self.selected = self.reselected = self.reached = 0
         self.steps_to_goal = self.random_frames = 0
         self.ended = self.ended_reached = 0  # goals that ended in the window, and those of them reached
+        self.rule_fired = self.held_unmoved = 0
 
     def update(self, step: dict[str, torch.Tensor]) -> None:
         """Count one vector step (``_flat_step``'s keys)."""
@@ -386,12 +391,18 @@ class CollectionStats:
         live = live | selected
         finished = live & (reached | end)
         self.live = live & ~finished
-        # one sum and one read for the nine counts (each read of a tensor waits for it); an env may end two goals
-        # in one step (one replaced, then its replacement reached at once)
-        counts = torch.stack([end, selected, step[keys.GOAL_RESELECTED], reached, step[keys.RANDOM_PHASE],
-                              replaced, finished, finished & reached]).sum(1).tolist()
-        counts.append(int(torch.where(reached, step[keys.GOAL_STEPS], 0).sum()))
-        episodes, selected, reselected, hits, random_frames, replaced, finished, ended_reached, steps_to_goal = counts
+        rows = [end, selected, step[keys.GOAL_RESELECTED], reached, step[keys.RANDOM_PHASE], replaced, finished,
+                finished & reached, torch.where(reached, step[keys.GOAL_STEPS], 0)]
+        if NEXT_SELECTED in step:
+            # The rule replaced a goal not reached (SUN adaptive: V(s_t, g_t) < V(s_sel, g_t)); or the env kept
+            # pursuing its goal through a step that left its state as it was (pinned against a wall, say).
+            unmoved = (step[keys.NEXT_OBS] == step[keys.OBS]).flatten(1).all(1)
+            rows += [step[NEXT_RESELECTED] & ~reached, live & ~reached & ~step[NEXT_SELECTED] & unmoved]
+        # one sum and one read for all counts (each read of a tensor waits for it); an env may end two goals in one
+        # step (one replaced, then its replacement reached at once)
+        counts = torch.stack([row.long() for row in rows]).sum(1).tolist()
+        (episodes, selected, reselected, hits, random_frames, replaced, finished, ended_reached,
+         steps_to_goal) = counts[:9]
         self.episodes += episodes
         self.selected += selected
         self.reselected += reselected
@@ -400,6 +411,9 @@ class CollectionStats:
         self.ended += replaced + finished
         self.ended_reached += ended_reached
         self.steps_to_goal += steps_to_goal
+        if len(counts) > 9:
+            self.rule_fired += counts[9]
+            self.held_unmoved += counts[10]
 
     def pop(self) -> dict[str, float]:
         """Window metrics (``explore/goals/...``), then start a new window."""
@@ -412,6 +426,8 @@ class CollectionStats:
             "explore/goals/steps_to_goal": self.steps_to_goal / self.reached if self.reached else 0.0,
             "explore/goals/reselection_rate": self.reselected / frames,
             "explore/goals/random_fraction": self.random_frames / frames,
+            "explore/goals/rule_fired": self.rule_fired / frames,
+            "explore/goals/held_unmoved": self.held_unmoved / frames,
             "explore/episodes/count": float(self.episodes),
         }
         self.reset()

@@ -4,8 +4,16 @@ One place maps a method's name to the ``python -m sun_lightning fit`` arguments
 that select it, so the README table, the comparison runner
 (:mod:`sun_lightning.compare`) and the speed benchmark agree. The ensemble
 baselines swap the config's learner for its 4-critic ensemble: the DQN one on
-discrete actions, the TD3 one (with DISCOVER's β = 1, paper appendix
-"Algorithm-specific") on continuous actions.
+discrete actions, the TD3 one on continuous actions.
+
+``discover`` is DISCOVER as the paper ran it on each variant: on discrete actions the
+paper's own PyTorch code (raw values, μ + 10σ, :class:`~sun_lightning.goals.ensemble.DISCOVER`);
+on continuous actions the official TD3 code the paper's GCRL runs used (values on the
+distance scale, one shared pool, the adapted weight on μ:
+:class:`~sun_lightning.goals.discover.DISCOVERTD3`, pool 10 000 on the ant mazes as in
+its presets, 5 000 elsewhere). ``discover_raw`` is the paper's formula taken literally,
+μ + β σ of the raw values with β = 1 on continuous actions (paper appendix
+"Algorithm-specific"; β = 10 on discrete ones, there the same as ``discover``).
 """
 
 from __future__ import annotations
@@ -15,6 +23,9 @@ from pathlib import Path
 import yaml
 
 TD3 = "sun_lightning.learners.td3.TD3SVF"
+DISCOVER_TD3 = "sun_lightning.goals.discover.DISCOVERTD3"
+#: DISCOVER's pool of candidates (``num_goals`` of its ``scripts/train.sh`` presets) where it is not 5000.
+DISCOVER_POOL = {"sun_lightning/AntMazeS-v0": 10000, "sun_lightning/AntMazeH-v0": 10000}
 ENSEMBLE = {"sun_lightning.learners.dqn.DQNSVF": "sun_lightning.learners.ensemble_dqn.EnsembleDQNSVF",
             TD3: "sun_lightning.learners.ensemble_td3.EnsembleTD3SVF"}
 
@@ -26,6 +37,7 @@ METHODS: dict[str, tuple[str, ...]] = {
     "novelty_only": ("--data.selector", "sun_lightning.goals.variants.NoveltyOnly"),
     "reachability_only": ("--data.selector", "sun_lightning.goals.variants.ReachabilityOnly"),
     "discover": ("--data.selector", "sun_lightning.goals.ensemble.DISCOVER"),
+    "discover_raw": ("--data.selector", "sun_lightning.goals.ensemble.DISCOVER"),
     "adagoal": ("--data.selector", "sun_lightning.goals.ensemble.AdaGoal"),
     "random": ("--data.selector", "sun_lightning.goals.RandomActions"),
 }
@@ -47,13 +59,19 @@ def method_args(name: str, config: str | Path | None = None) -> tuple[str, ...]:
         args = METHODS[name]
     except KeyError:
         raise ValueError(f"unknown method {name!r}; known methods: {', '.join(METHODS)}") from None
-    if name not in ("discover", "adagoal"):
+    if name not in ("discover", "discover_raw", "adagoal"):
         return args
-    learner = "sun_lightning.learners.dqn.DQNSVF"
+    learner, config_data = "sun_lightning.learners.dqn.DQNSVF", {}
     if config is not None:
-        model = yaml.safe_load(Path(config).read_text()).get("model") or {}
+        loaded = yaml.safe_load(Path(config).read_text()) or {}
+        model = loaded.get("model") or {}
         learner = model.get("class_path", learner) if isinstance(model, dict) else learner
+        config_data = loaded.get("data") or {}
     if learner not in ENSEMBLE:
         raise ValueError(f"{name} needs an ensemble of the config's learner {learner!r}; known: {', '.join(ENSEMBLE)}")
-    beta = ("--data.selector.beta", "1.0") if learner == TD3 and name == "discover" else ()
-    return ("--model", ENSEMBLE[learner], *args, *beta)
+    if learner == TD3 and name == "discover":
+        pool = DISCOVER_POOL.get(config_data.get("env_id"), 5000)
+        args = ("--data.selector", DISCOVER_TD3, "--data.selector.num_candidates", str(pool))
+    elif learner == TD3 and name == "discover_raw":
+        args = (*args, "--data.selector.beta", "1.0")
+    return ("--model", ENSEMBLE[learner], *args)

@@ -29,10 +29,13 @@ def test_every_method_is_a_valid_override(method, tmp_path, monkeypatch):
     selector = type(cli.datamodule.selector).__name__
     expected = {"sun": "SUNAdaptive", "sun_per_step": "SUNPerStep", "sun_episodic": "SUNEpisodic",
                 "sun_additive": "SUNAdditive", "novelty_only": "NoveltyOnly", "reachability_only": "ReachabilityOnly",
-                "discover": "DISCOVER", "adagoal": "AdaGoal", "random": "RandomActions"}[method]
+                "discover": "DISCOVER", "discover_raw": "DISCOVER", "adagoal": "AdaGoal",
+                "random": "RandomActions"}[method]
     assert selector == expected
     ensemble = type(cli.model).__name__ == "EnsembleDQNSVF"
-    assert ensemble == (method in ("discover", "adagoal"))
+    assert ensemble == (method in ("discover", "discover_raw", "adagoal"))
+    if method.startswith("discover"):
+        assert cli.datamodule.selector.beta == 10.0  # the DQN variant's DISCOVER: the paper's own code
 
 
 def test_unknown_method_names_the_known_ones():
@@ -158,15 +161,21 @@ def test_stopping_the_runner_stops_its_runs_with_checkpoints(tmp_path):
         assert 400 <= frames < 1_000_000
 
 
-@pytest.mark.parametrize("method", ["discover", "adagoal", "sun"])
-def test_ensembles_follow_the_configs_learner(method, tmp_path, monkeypatch):
+@pytest.mark.parametrize("config", ["point_maze_s", "antmaze"])
+@pytest.mark.parametrize("method", ["discover", "discover_raw", "adagoal", "sun"])
+def test_ensembles_follow_the_configs_learner(method, config, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    config = ROOT / "conf/point_maze_s.yaml"
+    config = ROOT / f"conf/{config}.yaml"
     cli = main(["--config", str(config), *method_args(method, config), "--trainer.logger", "false"], run=False)
-    expected = {"discover": "EnsembleTD3SVF", "adagoal": "EnsembleTD3SVF", "sun": "TD3SVF"}[method]
+    expected = {"discover": "EnsembleTD3SVF", "discover_raw": "EnsembleTD3SVF", "adagoal": "EnsembleTD3SVF",
+                "sun": "TD3SVF"}[method]
     assert type(cli.model).__name__ == expected
-    if method == "discover":
-        assert cli.datamodule.selector.beta == 1.0  # β = 1 on GCRL control (paper appendix)
+    selector = cli.datamodule.selector
+    if method == "discover":  # the official TD3 code's selection, its presets' pool size
+        assert type(selector).__name__ == "DISCOVERTD3"
+        assert selector.num_candidates == (10000 if config.stem == "antmaze" else 5000)
+    if method == "discover_raw":
+        assert type(selector).__name__ == "DISCOVER" and selector.beta == 1.0  # β = 1 on GCRL control (paper appendix)
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))

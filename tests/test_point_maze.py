@@ -1,4 +1,4 @@
-"""Point mazes of SPEC §6: maps, the PointMaze-H generator, dynamics, autoreset, seeding and TorchRL wrapping.
+"""Point mazes of SPEC §6: maps and their fingerprints, the PointMaze-H data file, dynamics, autoreset, seeding and TorchRL wrapping.
 
 The dynamics are checked against a plain-Python reference written here from the SPEC §6 text (its own
 copy of the PointMaze-S map, nested lists, one agent at a time), not against the module's kernel.
@@ -16,7 +16,7 @@ from helpers import assert_disabled_draws_as_same_step, assert_single_env_follow
 
 from sun_lightning.envs import goal_space
 from sun_lightning.envs.point_maze import (
-    H_SEED, HORIZON, STEP_SCALE, MazeDynamics, PointMazeVectorEnv, format_h, generate_h, h_path, maze_wall,
+    HORIZON, STEP_SCALE, MazeDynamics, PointMazeVectorEnv, format_h, h_path, maze_wall, parse_h, read_discover_layout,
 )
 
 S_ROWS = [
@@ -33,6 +33,9 @@ S_ROWS = [
 OFFSET = {"PointMazeS": 11, "PointMazeH": 6}
 DIM = {"PointMazeS": 2, "PointMazeH": 4}
 NAMES = ["PointMazeS", "PointMazeH"]
+#: The most corridor steps a diagonal move saves in PointMaze-H: the original's step tests only the destination
+#: cell too, so its loops and corners allow the same cuts.
+CORNER_CUT_H = 14
 
 
 def bfs(free: np.ndarray, start: tuple[int, ...]) -> dict[tuple[int, ...], int]:
@@ -106,28 +109,47 @@ def test_s_map_matches_spec():
     assert max_corner_cut(free, dist) == 2  # diagonal moves only round corners
 
 
-def test_h_generator_properties():
+def test_h_is_the_papers_maze():
+    """The fingerprint of DISCOVER's rand_4d_5h layout, the maze the paper's GCRL runs used (SPEC §6)."""
     wall = maze_wall("PointMazeH")
     free = ~wall
     assert wall.shape == (13,) * 4
-    assert 0.08 <= free.mean() <= 0.10
     border = np.ones_like(wall)
     border[(slice(1, -1),) * 4] = False
     assert wall[border].all()
+    assert free.sum() == 2594
     start = (6, 6, 6, 6)
     assert free[start]
     dist = bfs(free, start)
-    assert len(dist) == free.sum()  # every free cell reachable from the start
-    assert 20 <= max(dist.values()) <= HORIZON * STEP_SCALE  # a far cell, still reachable within one episode
+    assert len(dist) == 2594  # every free cell reachable from the start
+    assert max(dist.values()) == 21  # the farthest cell, corridor steps from the start
     degree = sum(np.roll(free, s, axis) for axis in range(4) for s in (1, -1))
-    assert ((degree == 1) & free).sum() > 100  # dead ends
-    # Diagonal moves round corners and cross the start chamber, but open no shortcut through the maze.
-    assert max_corner_cut(free, dist) <= 4
+    assert ((degree == 1) & free).sum() == 34  # dead ends
+    edges = sum(int((free & np.roll(free, 1, axis)).sum()) for axis in range(4))
+    assert edges - free.sum() + 1 == 1325  # independent loops of the corridor graph (a tree has none)
+    assert max_corner_cut(free, dist) == CORNER_CUT_H
 
 
-def test_h_shipped_file_reproduces_from_seed():
-    assert format_h(generate_h(H_SEED), H_SEED) == h_path().read_text()
-    assert not np.array_equal(generate_h(H_SEED + 1), generate_h(H_SEED))
+def test_h_file_round_trips_and_names_its_source():
+    text = h_path().read_text()
+    assert "rand_4d_5h.pkl" in text and "LeanderDiazBone/discover" in text
+    assert format_h(parse_h(text)) == text
+
+
+def test_discover_layout_reader(tmp_path):
+    import pickle
+
+    walls = np.ones((13,) * 4)
+    walls[(slice(1, -1),) * 4] = 0.0
+    path = tmp_path / "layout.pkl"
+    path.write_bytes(pickle.dumps({"walls": walls, "n_dim": 4, "radius": 5}))
+    np.testing.assert_array_equal(read_discover_layout(path), walls != 0)
+    path.write_bytes(pickle.dumps({"walls": walls[:5], "n_dim": 4, "radius": 5}))
+    with pytest.raises(ValueError, match="not a 13\\^4 layout"):
+        read_discover_layout(path)
+    path.write_bytes(pickle.dumps({"walls": walls, "n_dim": 4, "radius": 5, "x": itertools.count}))
+    with pytest.raises(ValueError, match="numpy arrays only, found itertools.count"):
+        read_discover_layout(path)
 
 
 def test_unknown_maze_lists_known():

@@ -8,15 +8,14 @@ The cell along axis ``i`` is ``int(p_i) + offset`` (truncation toward zero, as t
 centre cell spans ``(-1, 1)``. Cells outside the grid are walls; both maps have wall borders, so
 clamping the index onto the border is the outside test.
 
-PointMaze-H comes from :func:`generate_h` and ships as ``data/point_maze_h.txt`` (rewrite it with
-``python -m sun_lightning.envs.point_maze --write-h``). The generator carves a perfect maze (a random
-spanning tree, grown Prim-style: each step extends a uniformly chosen open node) on the lattice of
-nodes at odd coordinates ``{1, 3, ..., 11}^4``, a corridor cell between tree neighbours. The centre
-``(6, 6, 6, 6)`` is no lattice node, so the start lies in a free 3^4 chamber (cells 5..7 on every axis)
-holding the 16 central nodes, the tree's root. On such a lattice any two king-adjacent free cells are
-a few corridor steps apart, so corner cutting opens no shortcut through the maze. The shipped maze
-(seed 0) has 2641 free cells (9.2 %), 512 dead ends, and its farthest cell 34 corridor steps from the
-start, close enough to reach within one episode (100 steps of at most 0.5 along a corridor).
+PointMaze-H is the paper's 4-D maze: the walls of ``maze_layouts/rand_4d_5h.pkl`` in DISCOVER's public
+code (GitHub repository LeanderDiazBone/discover, commit 52c14285ae654af14891b84dc9c3de19be9fa7c1), which
+the paper's GCRL runs used (its appendix: "the official implementation of DISCOVER"). They ship as
+``data/point_maze_h.txt`` (rewrite it from the pickle with ``python -m sun_lightning.envs.point_maze
+--write-h rand_4d_5h.pkl``); the original indexes ``walls[int(p) + radius + 1]`` with radius 5, i.e.
+``int(p_i) + 6`` along axis ``i``, as here. Its fingerprint: 2594 free cells (9.1 %), every one reachable
+from the start cell ``(6, 6, 6, 6)``, 34 dead ends, many loops, the farthest cell 21 corridor steps from
+the start (within one episode: 100 steps of at most 0.5 along a corridor).
 
 Both :class:`PointMazeEnv` (for :func:`gymnasium.make`) and the batched :class:`PointMazeVectorEnv`
 (for :func:`gymnasium.make_vec`) step through :meth:`MazeDynamics.move`. Rewards are 0, episodes are
@@ -28,7 +27,6 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
-import random
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -66,56 +64,46 @@ _S_TOP = """
 """
 S_MAP = _S_TOP.strip().splitlines() + ["#####################.#"] * 10 + ["#" * 23]
 
-H_SIZE, H_DIM, H_SEED = 13, 4, 0
-H_CHAMBER = (5, 8)  # the central start chamber: cells 5..7 on every axis
+H_SIZE, H_DIM = 13, 4
 H_FILE = "point_maze_h.txt"
+H_SOURCE = ("The walls of maze_layouts/rand_4d_5h.pkl of DISCOVER's public code (GitHub repository "
+            "LeanderDiazBone/discover, commit 52c14285ae654af14891b84dc9c3de19be9fa7c1).")
 _H_HEADER = "% "  # header lines of the data file; '#' is taken by walls
 
 
-def generate_h(seed: int = H_SEED) -> np.ndarray:
-    """The PointMaze-H wall grid ``[13, 13, 13, 13]`` (bool), a seeded random perfect maze (SPEC §6).
-
-    Only ``random.Random.random`` is drawn, whose stream Python keeps stable across versions, so a
-    seed always gives the same maze.
-    """
-    rng = random.Random(seed)
-    free = np.zeros((H_SIZE,) * H_DIM, dtype=bool)
-    free[(slice(*H_CHAMBER),) * H_DIM] = True
-    nodes = list(itertools.product(range(1, H_SIZE - 1, 2), repeat=H_DIM))
-    for node in nodes:
-        free[node] = True  # every node is on the tree; the corridors decide the maze
-    in_tree = {n for n in nodes if all(H_CHAMBER[0] <= x < H_CHAMBER[1] for x in n)}
-    frontier = sorted(in_tree)
-    while frontier:
-        k = int(rng.random() * len(frontier))
-        node = frontier[k]
-        moves = [(axis, step) for axis in range(H_DIM) for step in (2, -2)
-                 if 0 < node[axis] + step < H_SIZE - 1
-                 and _shift(node, axis, step) not in in_tree]
-        if not moves:  # closed: swap-remove keeps the draw O(1)
-            frontier[k] = frontier[-1]
-            frontier.pop()
-            continue
-        axis, step = moves[int(rng.random() * len(moves))]
-        free[_shift(node, axis, step // 2)] = True  # the corridor cell
-        new = _shift(node, axis, step)
-        in_tree.add(new)
-        frontier.append(new)
-    return ~free
-
-
-def _shift(cell: tuple[int, ...], axis: int, step: int) -> tuple[int, ...]:
-    return cell[:axis] + (cell[axis] + step,) + cell[axis + 1:]
-
-
-def format_h(wall: np.ndarray, seed: int = H_SEED) -> str:
+def format_h(wall: np.ndarray) -> str:
     """The data-file text of a 4-D wall grid: a block of ``[i2, i3]`` rows per ``(i0, i1)``, i0-major."""
-    lines = [f"{_H_HEADER}PointMaze-H (SPEC §6): {H_SIZE}^{H_DIM} cells, '{WALL}' wall, '{FREE}' free; "
-             f"written by sun_lightning.envs.point_maze.generate_h(seed={seed}).",
+    lines = [f"{_H_HEADER}PointMaze-H (SPEC §6): {H_SIZE}^{H_DIM} cells, '{WALL}' wall, '{FREE}' free, cell = int(p_i) + 6.",
+             f"{_H_HEADER}{H_SOURCE}",
              f"{_H_HEADER}One block per (i0, i1), i0-major; in a block, line i2 and character i3."]
     for i0, i1 in itertools.product(range(H_SIZE), repeat=2):
         lines += [""] + ["".join(WALL if w else FREE for w in row) for row in wall[i0, i1]]
     return "\n".join(lines) + "\n"
+
+
+def read_discover_layout(path: str | Path) -> np.ndarray:
+    """The wall grid (bool) of a maze layout pickle of DISCOVER's code: a dict whose ``walls`` is a float array.
+
+    The pickle is read with an allow-list of numpy's array classes, so a file that names anything else stops
+    the read before it runs.
+    """
+    import pickle
+
+    allowed = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+               ("numpy", "ndarray"), ("numpy", "dtype")}
+
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str):
+            if (module, name) not in allowed:
+                raise ValueError(f"{path}: a maze layout may hold numpy arrays only, found {module}.{name}")
+            return super().find_class(module, name)
+
+    with open(path, "rb") as f:
+        layout = Unpickler(f).load()
+    walls = np.asarray(layout["walls"])
+    if walls.shape != (H_SIZE,) * H_DIM or layout.get("n_dim") != H_DIM:
+        raise ValueError(f"{path}: not a {H_SIZE}^{H_DIM} layout (walls {walls.shape}, n_dim {layout.get('n_dim')})")
+    return walls != 0
 
 
 def parse_h(text: str) -> np.ndarray:
@@ -360,15 +348,14 @@ _register_all()
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Write the PointMaze-H data file from its seeded generator.")
-    parser.add_argument("--write-h", action="store_true", help=f"(re)write data/{H_FILE}")
-    parser.add_argument("--seed", type=int, default=H_SEED)
+    parser = argparse.ArgumentParser(description="Write the PointMaze-H data file from DISCOVER's layout pickle.")
+    parser.add_argument("--write-h", metavar="PKL", required=True,
+                        help=f"maze_layouts/rand_4d_5h.pkl of DISCOVER's code; (re)writes data/{H_FILE}")
     args = parser.parse_args(argv)
-    if args.write_h:
-        path = h_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(format_h(generate_h(args.seed), args.seed))
-        print(f"wrote {path}")
+    path = h_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(format_h(read_discover_layout(args.write_h)))
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,11 @@ class GoalSelector(ABC):
             episode ends (DISCOVER-style random phase).
         per_step: a fresh candidate batch every step (SUN per-step).
         adaptive: ``should_reselect`` needs V(s_t, g_t) at every step.
+        pooled: the envs that select at once share one candidate pool and take its best goals, distinct
+            (:meth:`score` gets the pool as ``[E, 1, K]``, each candidate's value read from one selecting
+            env's state); else every env scores a batch of its own.
+        value_actor: which actor the values V(s, g) = Q(s, π(s, g), g) act with (TD3 variant):
+            ``"online"`` or ``"target"``.
     """
 
     uses_goals: bool = True
@@ -37,6 +42,8 @@ class GoalSelector(ABC):
     episodic: bool = False
     per_step: bool = False
     adaptive: bool = False
+    pooled: bool = False
+    value_actor: str = "online"
 
     def __init__(self, num_candidates: PositiveInt = 256) -> None:
         check_arguments(GoalSelector.__init__, {"num_candidates": num_candidates})
@@ -60,3 +67,21 @@ class GoalSelector(ABC):
         The default is the episodic rule: only on reaching it.
         """
         return reached
+
+    # ---- rules with state of their own (none by default) -----------------------------------
+    def bind(self, learner, num_envs: int) -> None:
+        """Called once by the selection transform with the learner whose values it scores and B."""
+
+    def episodes_ended(self, reached: torch.Tensor) -> None:
+        """The episodes that just ended while pursuing goals, ``[n]`` bool: whether each reached its goal."""
+
+    def metrics(self) -> dict[str, float]:
+        """The rule's own state, logged with the window's metrics (``explore/goals/...``)."""
+        return {}
+
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps of the rule (an exact resume)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass

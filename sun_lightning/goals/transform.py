@@ -71,6 +71,7 @@ class GoalSelectionTransform(Transform):
         self.flags = {name: torch.zeros(b, dtype=torch.bool) for name in _FLAGS}
         # Q(s, ·, g) of each env's current state and goal where evaluated this step (NaN: not evaluated).
         self.action_values = torch.full((b, self.space.num_actions), torch.nan) if self.space.discrete else None
+        selector.bind(learner, num_envs)
 
     @property
     def learner(self):
@@ -83,6 +84,7 @@ class GoalSelectionTransform(Transform):
         state["flags"] = {name: flag.clone() for name, flag in self.flags.items()}
         state["action_values"] = None if self.action_values is None else self.action_values.clone()
         state["active"] = self.active
+        state["selector"] = self.selector.state_dict()
         return state
 
     def load_exploration_state(self, state: dict) -> None:
@@ -93,6 +95,8 @@ class GoalSelectionTransform(Transform):
         if self.action_values is not None:
             self.action_values.copy_(state["action_values"])
         self.active = state["active"]
+        if "selector" in state:  # checkpoints written before rules kept state of their own have none
+            self.selector.load_state_dict(state["selector"])
 
     # ---- specs --------------------------------------------------------------------------
     def transform_observation_spec(self, observation_spec: Composite) -> Composite:
@@ -130,8 +134,13 @@ class GoalSelectionTransform(Transform):
             self.flags[keys.GOAL_REACHED].zero_()
             return self._write(next_tensordict)
         had_goal = self.has_goal.clone()
-        achieved = self.space.project(tensordict[keys.OBS])
-        action = tensordict[keys.ACTION] if self.space.discrete else None
+        # Algorithm 1 tests reached(s_t, g_t) at the top of step t, on the state the last step produced, so a
+        # continuous goal reached by s_t -> s_{t+1} is replaced before a_{t+1} is chosen. A discrete goal
+        # (g_s, g_a) is reached by taking g_a in a state matching g_s: the action taken in s_t decides.
+        if self.space.discrete:
+            achieved, action = self.space.project(tensordict[keys.OBS]), tensordict[keys.ACTION]
+        else:
+            achieved, action = self.space.project(next_tensordict[keys.OBS]), None
         reached = had_goal & goal_reached(self.space, achieved, action, self.goal, self.goal_action, self._scale())
         # In-place methods, not `+=`: augmented assignment re-sets the attribute through nn.Module's slow __setattr__.
         self.goal_steps.add_(had_goal)
@@ -153,6 +162,11 @@ class GoalSelectionTransform(Transform):
         # Reported once, on the step that reached the goal.
         steps_to_goal = torch.where(reached, self.goal_steps, 0)
         done = next_tensordict[keys.DONE].reshape(-1)
+        if self.selector.episodic:
+            # Episodes that end pursuing a goal (or in the random phase after reaching it) tell the rule its success.
+            ended = done & (self.has_goal | random_phase)
+            if bool(ended.any()):
+                self.selector.episodes_ended(random_phase[ended])
         if self.selector.per_step:
             # Every env scores a fresh batch against its current goal (SUN per-step).
             self._select(next_tensordict[keys.OBS], ~done & ~random_phase, incumbent=self.has_goal.clone())
@@ -170,6 +184,9 @@ class GoalSelectionTransform(Transform):
         """
         envs = mask.nonzero().squeeze(-1)
         if envs.numel() == 0:
+            return
+        if self.selector.pooled:
+            self._select_pooled(obs, envs)
             return
         k = self.selector.num_candidates
         # The transform keeps its state beside the envs, on the CPU, wherever D lives.
@@ -208,9 +225,31 @@ class GoalSelectionTransform(Transform):
         self.goal_steps[envs] = 0
         self.flags[keys.GOAL_SELECTED][envs] = True
 
+    def _select_pooled(self, obs: torch.Tensor, envs: torch.Tensor) -> None:
+        """The k envs ``envs`` share one pool of candidates and take its k best distinct ones, best first.
+
+        Candidate j is valued from the state of env ``envs[j mod k]`` (one value per candidate, as a rule that
+        ranks one pool needs); the pool holds distinct storage entries.
+        """
+        index = self.storage.sample_index((self.selector.num_candidates,)).cpu().unique()
+        goals = self.space.project(self.storage.get(index.to(self.storage.device), (keys.OBS,)).cpu()[keys.OBS])
+        starts = obs[envs][torch.arange(index.numel()) % envs.numel()]
+        values, _ = self._values(starts, goals.unsqueeze(1), None, actor=self.selector.value_actor)
+        values = values.squeeze(-1).unsqueeze(-2)  # [E, 1, P]: one score per candidate
+        scores = self.selector.score(values, None)[0]
+        best = scores.topk(min(envs.numel(), scores.numel())).indices
+        best = best[torch.arange(envs.numel()) % best.numel()]  # a pool smaller than k (a tiny D) is reused
+        self.goal[envs] = goals[best]
+        self.goal_index[envs] = index[best]
+        chosen = values[..., 0, best]
+        self.value_at_selection[envs] = chosen if chosen.dim() == 1 else chosen.mean(0)
+        self.has_goal[envs] = True
+        self.goal_steps[envs] = 0
+        self.flags[keys.GOAL_SELECTED][envs] = True
+
     def _values(
         self, obs: torch.Tensor, goals: torch.Tensor, goal_actions: torch.Tensor | None,
-        goal_keys: torch.Tensor | None = None,
+        goal_keys: torch.Tensor | None = None, actor: str = "online",
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """V(s, g) of candidates ``[B, K]`` (``[E, B, K]``) and the acting values towards each ``[B, K, |A|]`` (or
         None); ``goal_keys`` (storage.goal_keys) lets the learner evaluate each distinct goal once."""
@@ -218,7 +257,8 @@ class GoalSelectionTransform(Transform):
         device = learner.device
         ga = goal_actions.to(device) if goal_actions is not None else None
         keys_ = None if goal_keys is None else goal_keys.to(device)
-        values, acting = learner.goal_values(obs.to(device), goals.to(device), ga, goal_keys=keys_)
+        extra = {} if actor == "online" else {"actor": actor}
+        values, acting = learner.goal_values(obs.to(device), goals.to(device), ga, goal_keys=keys_, **extra)
         return values.cpu(), None if acting is None else acting.cpu()
 
     def _goal_keys(self, index: torch.Tensor) -> torch.Tensor | None:

@@ -142,13 +142,15 @@ class TD3SVF(Learner):
     @torch.no_grad()
     def goal_values(
         self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None = None,
-        goal_keys: torch.Tensor | None = None,
+        goal_keys: torch.Tensor | None = None, actor: Literal["online", "target"] = "online",
     ) -> tuple[torch.Tensor, None]:
-        """V(s, g) = Q(s, π(s, g), g) of K candidates per state ``[B, K]`` (``[E, B, K]`` for ensembles; SPEC §3, §5b)."""
+        """V(s, g) = Q(s, π(s, g), g) of K candidates per state ``[B, K]`` (``[E, B, K]`` for ensembles; SPEC §3, §5b),
+        acting with the online actor π or, for ``actor="target"``, its target π' (DISCOVER's official selection)."""
         self.check_goal(goal)
         obs = obs.unsqueeze(1).expand(*goal.shape[:2], obs.shape[-1])
+        policy = self.actor if actor == "online" else self.actor_target
         with self.inference_context():
-            return self.critic_values(obs, self.actor(obs, goal), goal), None
+            return self.critic_values(obs, policy(obs, goal), goal), None
 
     def critic_values(self, obs: torch.Tensor, action: torch.Tensor, goal: torch.Tensor) -> torch.Tensor:
         """Q(s, a, g) of the online critic (every member's, ``[E, ...]``, for ensembles)."""

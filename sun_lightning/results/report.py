@@ -44,12 +44,14 @@ SIGNALS = {"explore/episodes/reach": "episode reach", "explore/actions/unmoved":
            "explore/actions/saturation": "action saturation",
            "eval/final_distance": "eval final distance", "eval/steps_to_goal": "eval steps to goal",
            "explore/goals/steps_to_goal": "steps to goal", "explore/goals/reselection_rate": "reselection rate",
+           "explore/goals/rule_fired": "rule fired", "explore/goals/held_unmoved": "held unmoved",
            "train/q/taken": "Q(s, a, g)"}
 
 #: The methods' names in tables and legends (keys of ``sun_lightning.methods.METHODS``; the README's names).
 METHOD_LABELS = {"sun": "SUN adaptive", "sun_per_step": "SUN per-step", "sun_episodic": "SUN episodic",
                  "sun_additive": "SUN additive", "novelty_only": "novelty only",
-                 "reachability_only": "reachability only", "discover": "DISCOVER", "adagoal": "AdaGoal",
+                 "reachability_only": "reachability only", "discover": "DISCOVER",
+                 "discover_raw": "DISCOVER (raw values)", "adagoal": "AdaGoal",
                  "random": "Random"}
 NA = "n/a"
 
@@ -122,7 +124,8 @@ def signals(runs: dict[str, list[RunRecord]]) -> dict[str, dict[str, Stat | None
     are left out. Goal statistics of a rule that drew no goal are n/a, as in :func:`summarize`."""
     columns = {name: title for name, title in SIGNALS.items()
                if any(name in r.final for records in runs.values() for r in records)}
-    goal_only = ("explore/goals/steps_to_goal", "explore/goals/reselection_rate")
+    goal_only = ("explore/goals/steps_to_goal", "explore/goals/reselection_rate", "explore/goals/rule_fired",
+                 "explore/goals/held_unmoved")
     return {method: {title: Stat.of([r.final.get(name) for r in records
                                      if r.goals_selected > 0 or name not in goal_only])
                      for name, title in columns.items()}
