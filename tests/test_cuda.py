@@ -29,7 +29,9 @@ def test_dqn_variant_trains_on_cuda(config, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("learner", [("sun_lightning.learners.td3.TD3SVF",),
                                      ("sun_lightning.learners.ensemble_td3.EnsembleTD3SVF",
-                                      "--data.selector", "sun_lightning.goals.ensemble.DISCOVER")])
+                                      "--data.selector", "sun_lightning.goals.ensemble.DISCOVER"),
+                                     ("sun_lightning.learners.ensemble_td3.EnsembleTD3SVF",
+                                      "--data.selector", "sun_lightning.goals.discover.DISCOVERTD3")])
 def test_td3_variant_trains_on_cuda_in_bf16_without_host_syncs(learner, tmp_path, monkeypatch):
     """On CUDA the TD3 update takes the padded paths and reads nothing back to the host (issue 26)."""
     monkeypatch.chdir(tmp_path)
