@@ -280,3 +280,17 @@ def test_ensemble_values_through_the_target_actor():
     torch.testing.assert_close(values, expected)
     assert not torch.allclose(values, online)
     torch.testing.assert_close(learner.goal_values(obs, goal)[0], online)
+
+
+def test_train_stats_from_a_checkpoint_follow_the_updates_device():
+    """A run resumed on a GPU adds its updates' statistics to sums its checkpoint loaded on the CPU."""
+    from sun_lightning.learners.base import TrainStats
+
+    stats = TrainStats(("a", "b"))
+    stats.load_state_dict({"sum": torch.tensor([1.0, 2.0]), "count": 1})
+    stats.add(torch.tensor([3.0, 4.0], device="meta"))  # another device than the loaded sums'
+    assert stats._sum.device.type == "meta" and stats._count == 2
+    resumed = TrainStats(("a", "b"))
+    resumed.load_state_dict({"sum": torch.tensor([1.0, 2.0]), "count": 1})
+    resumed.add(torch.tensor([3.0, 4.0]))
+    assert resumed.pop() == {"a": 2.0, "b": 3.0}

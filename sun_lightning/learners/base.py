@@ -237,7 +237,13 @@ class TrainStats:
         self._count = 0
 
     def add(self, stats: torch.Tensor) -> None:
-        self._sum = stats.detach().clone() if self._sum is None else self._sum.add_(stats.detach())
+        stats = stats.detach()
+        if self._sum is None:
+            self._sum = stats.clone()
+        else:
+            if self._sum.device != stats.device:  # sums from a checkpoint load on the CPU; a GPU run adds on its GPU
+                self._sum = self._sum.to(stats.device)
+            self._sum.add_(stats)
         self._count += 1
 
     def state_dict(self) -> dict:
