@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import time
+from functools import partial
+from typing import Literal
 
+import gymnasium
 import lightning.pytorch as pl
 import torch
+from gymnasium.vector import AutoresetMode
 
-from sun_lightning.envs.eval_goals import eval_goals, has_eval_goals
+from sun_lightning.envs.eval_goals import configured_eval_goals
 from sun_lightning.errors import ConfigError
 from sun_lightning.evaluation import SUCCESS, EvalResult, GoalEvaluator, policy_of
 from sun_lightning.resume import rng_state, set_rng_state
@@ -36,15 +40,19 @@ class GoalEvaluation(pl.Callback):
             (``None``: all of them; PointMaze-H has 2594).
         seed: seed of the evaluation envs' start states (and of a goal-free rule's random actions).
         verbose: print a one-line summary at every evaluation.
+        goals: which goals: ``auto`` (the environment's own set, docs/evaluation.md; for an environment from
+            outside the package, a grid over its goal bounds), ``grid`` (that grid: ⌊max_goals^(1/d)⌋ values per
+            goal dimension) or a list of goals, each its goal values (then the goal action, on discrete actions).
     """
 
     def __init__(self, every_frames: int | None = 0, max_goals: int | None = 256, seed: int = 0,
-                 verbose: bool = True) -> None:
+                 verbose: bool = True, goals: Literal["auto", "grid"] | list[list[float]] = "auto") -> None:
         if every_frames is not None and every_frames < 0:
             raise ValueError(f"eval.every_frames must be >= 0 (0 turns the evaluation off), got {every_frames}")
         if max_goals is not None and max_goals <= 0:
             raise ValueError(f"eval.max_goals must be positive or null, got {max_goals}")
         self.every_frames, self.max_goals, self.seed, self.verbose = every_frames or 0, max_goals, seed, verbose
+        self.goals = goals
         self.latest: EvalResult | None = None
         self.latest_frames = -1  # the env frames of ``latest``
         self._evaluator: GoalEvaluator | None = None
@@ -58,16 +66,23 @@ class GoalEvaluation(pl.Callback):
         if not self.enabled:
             return
         dm = trainer.datamodule
-        if not has_eval_goals(dm.env_id):
-            raise ConfigError(f"eval.every_frames: {dm.env_id} has no evaluation goals (register them with "
-                              "sun_lightning.envs.eval_goals.register_eval_goals), or set eval.every_frames 0")
+        goals = configured_eval_goals(dm.env_id, dm.goal_space, self.goals, self.max_goals).subset(self.max_goals)
         self._trainer, self._module, self._datamodule = trainer, pl_module, dm
         if self._on_frames not in dm.frame_listeners:
             dm.frame_listeners.append(self._on_frames)
         if trainer.is_global_zero and self._evaluator is None:
             state = rng_state()  # building envs draws nothing from the global generators; made sure of here
             try:
-                self._evaluator = GoalEvaluator(dm.env_id, eval_goals(dm.env_id).subset(self.max_goals), self.seed)
+                custom = getattr(dm, "custom", None)
+                if custom is None:
+                    self._evaluator = GoalEvaluator(dm.env_id, goals, self.seed)
+                else:  # the user's environment, built as for training but with SAME_STEP autoreset
+                    make_vec = partial(custom.make_vec, autoreset_mode=AutoresetMode.SAME_STEP)
+                    horizon = gymnasium.spec(custom.gym_id).max_episode_steps
+                    if not horizon:
+                        raise ConfigError(f"eval.every_frames: {dm.env_id} has no episode horizon "
+                                          "(max_episode_steps) to evaluate within; set eval.every_frames 0")
+                    self._evaluator = GoalEvaluator(dm.env_id, goals, self.seed, make_vec, horizon)
                 self._evaluator.env()
             finally:
                 set_rng_state(state)

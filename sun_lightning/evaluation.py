@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium
 import numpy as np
@@ -63,21 +64,30 @@ class GoalEvaluator:
     """Pursues a fixed goal set in a vector env of its own, one sub-environment per goal.
 
     Args:
-        env_id: the registered environment.
+        env_id: the environment (its goal space is recorded under this id).
         goals: the goals (``eval_goals(env_id)``, or a subset).
         seed: seed of the evaluation env's start states, the same at every evaluation.
+        make_vec: builds ``n`` sub-environments with SAME_STEP autoreset (an environment from outside the
+            package: its :class:`~sun_lightning.envs.custom.CustomEnv`); ``None``: ``gymnasium.make_vec(env_id)``.
+        horizon: the episode horizon; ``None``: the registered ``max_episode_steps`` of ``env_id``.
     """
 
-    def __init__(self, env_id: str, goals: EvalGoals, seed: int = 0) -> None:
+    def __init__(self, env_id: str, goals: EvalGoals, seed: int = 0,
+                 make_vec: Callable[[int], Any] | None = None, horizon: int | None = None) -> None:
         self.env_id, self.goals, self.seed = env_id, goals, seed
         self.space: GoalSpace = goal_space(env_id)
-        self.horizon = gymnasium.spec(env_id).max_episode_steps
+        self.horizon = horizon if horizon is not None else gymnasium.spec(env_id).max_episode_steps
+        if not self.horizon:
+            raise ValueError(f"the goal-reaching evaluation needs an episode horizon: {env_id} has no max_episode_steps")
+        self._make_vec = make_vec
         self._env = None
 
     def env(self):
         """The evaluation's vector env (SAME_STEP autoreset), built on first use."""
         if self._env is None:
-            self._env = gymnasium.make_vec(self.env_id, num_envs=len(self.goals), vectorization_mode="vector_entry_point")
+            n = len(self.goals)
+            self._env = self._make_vec(n) if self._make_vec is not None else \
+                gymnasium.make_vec(self.env_id, num_envs=n, vectorization_mode="vector_entry_point")
         return self._env
 
     def close(self) -> None:
