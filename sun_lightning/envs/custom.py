@@ -26,6 +26,7 @@ from typing import Any, Literal
 import gymnasium
 import numpy as np
 
+from sun_lightning.envs.maze_map import MazeMap, maze_map_of, record_maze
 from sun_lightning.envs.registry import GoalSpace, env_ids, record, torchrl_autoreset_mode
 from sun_lightning.errors import ConfigError
 
@@ -45,7 +46,9 @@ class GoalConfig:
         dims: the goal g_s: these entries of the flat observation, or the name of a goal-dict entry
             (``achieved_goal``); ``None``: the whole observation of a Box, ``achieved_goal`` of a goal dict.
         low, high: per-goal-dimension bounds: the metrics' range (coverage and entropy over 50 bins each, SPEC §7)
-            and the range of uniform goals (TD3 variant); ``None``: the observation space's, where finite.
+            and the range of uniform goals (TD3 variant); ``None``: the observation space's, where finite;
+            ``auto``: the extent of a maze's free cells, read from its map (Gymnasium-Robotics' PointMaze and
+            AntMaze, whose goal is the (x, y) position: :mod:`sun_lightning.envs.maze_map`).
         reach: ``radius`` (within ρ in the standardized goal space, SPEC §4) or a distance in goal units
             (Euclidean distance below it, SPEC §2).
         rho: pseudocount radius in the standardized goal space (SPEC §4).
@@ -54,8 +57,8 @@ class GoalConfig:
     """
 
     dims: list[int] | str | None = None
-    low: list[float] | None = None
-    high: list[float] | None = None
+    low: list[float] | Literal["auto"] | None = None
+    high: list[float] | Literal["auto"] | None = None
     reach: float | str = "radius"
     rho: float = 0.1
     with_action: bool | None = None
@@ -179,10 +182,12 @@ class CustomEnv:
         _check_known(self.gym_id)
         env = gymnasium.make(self.gym_id)
         try:
-            self.space, self.rescale = goal_space_of(env_id, goal, env.observation_space, env.action_space)
+            self.maze = maze_map_of(env)
+            self.space, self.rescale = goal_space_of(env_id, goal, env.observation_space, env.action_space, self.maze)
         finally:
             env.close()
         record(env_id, self.space)
+        record_maze(env_id, self.maze)
 
     def make_vec(self, num_envs: int,
                  autoreset_mode: gymnasium.vector.AutoresetMode | str = gymnasium.vector.AutoresetMode.DISABLED
@@ -197,8 +202,9 @@ class CustomEnv:
 
 
 def goal_space_of(env_id: str, goal: GoalConfig, observation_space: gymnasium.Space,
-                  action_space: gymnasium.Space) -> tuple[GoalSpace, bool]:
-    """The :class:`GoalSpace` ``goal`` gives the env, and whether its continuous actions need rescaling to [−1, 1].
+                  action_space: gymnasium.Space, maze: MazeMap | None = None) -> tuple[GoalSpace, bool]:
+    """The :class:`GoalSpace` ``goal`` gives the env, and whether its continuous actions need rescaling to [−1, 1]
+    (``maze``: the env's maze map, where it has one, for ``low``/``high`` ``auto``).
 
     Raises:
         ConfigError: as :class:`CustomEnv`.
@@ -220,8 +226,8 @@ def goal_space_of(env_id: str, goal: GoalConfig, observation_space: gymnasium.Sp
         if not dims or len(set(dims)) != len(dims):
             raise ConfigError(f"data.goal.dims must name distinct observation entries, got {dims}")
     goal_dims = tuple(dims) if dims is not None else tuple(range(obs_dim))
-    low = _bounds("low", goal.low, obs_low[list(goal_dims)], env_id)
-    high = _bounds("high", goal.high, obs_high[list(goal_dims)], env_id)
+    low = _bounds("low", goal.low, obs_low[list(goal_dims)], env_id, maze, 0)
+    high = _bounds("high", goal.high, obs_high[list(goal_dims)], env_id, maze, 1)
     for name, values in (("low", low), ("high", high)):
         if len(values) != len(goal_dims):
             raise ConfigError(f"data.goal.{name} has {len(values)} values, the goal {len(goal_dims)} dimensions "
@@ -263,8 +269,17 @@ def goal_space_of(env_id: str, goal: GoalConfig, observation_space: gymnasium.Sp
     return space, rescale
 
 
-def _bounds(name: str, given: list[float] | None, observed: np.ndarray, env_id: str) -> tuple[float, ...]:
-    """``data.goal.low``/``high``, or the observation space's bounds of the goal dims where all are finite."""
+def _bounds(name: str, given: list[float] | str | None, observed: np.ndarray, env_id: str, maze: MazeMap | None,
+            side: int) -> tuple[float, ...]:
+    """``data.goal.low``/``high``; for ``auto`` the maze's free extent (``side`` 0: low, 1: high); else the observation
+    space's bounds of the goal dims where all are finite."""
+    if isinstance(given, str):
+        if given != "auto":
+            raise ConfigError(f"data.goal.{name} must be a list of numbers or auto, got {given!r}")
+        if maze is None:
+            raise ConfigError(f"data.goal.{name}: auto reads a maze's map (Gymnasium-Robotics' PointMaze and AntMaze); "
+                              f"{env_id} has none: give the goal bounds")
+        return maze.free_bounds()[side]
     if given is not None:
         values = tuple(float(v) for v in given)
         if not all(math.isfinite(v) for v in values):

@@ -28,6 +28,7 @@ import math
 
 import torch
 
+from sun_lightning.envs.maze_map import recorded_maze
 from sun_lightning.errors import ConfigError
 
 
@@ -124,7 +125,8 @@ def configured_eval_goals(env_id: str, space, goals: str | Sequence[Sequence[flo
     Args:
         env_id: the run's environment.
         space: its goal space.
-        goals: ``"auto"`` (the environment's registered set, else a grid over its goal bounds), ``"grid"`` (a grid
+        goals: ``"auto"`` (the environment's registered set; a maze from outside the package with a map: the centre
+            of every free cell; else a grid over its goal bounds), ``"grid"`` (a grid
             over the goal bounds, :func:`bounds_grid`) or a list of goals: each the goal projection's
             ``goal_dim`` values, followed on discrete-action spaces by the goal action.
         max_goals: the most goals evaluated (the grid's size; ``None``: 256 for a grid).
@@ -135,6 +137,9 @@ def configured_eval_goals(env_id: str, space, goals: str | Sequence[Sequence[flo
     if isinstance(goals, str):
         if goals == "auto" and has_eval_goals(env_id):
             return eval_goals(env_id)
+        maze = recorded_maze(env_id)
+        if goals == "auto" and maze is not None and space.goal_dim == 2 and not space.discrete:
+            return EvalGoals(torch.from_numpy(maze.free_centres()).float())
         if goals in ("auto", "grid"):
             return bounds_grid(space, max_goals or 256)
         raise ConfigError(f"eval.goals must be auto, grid or a list of goals, got {goals!r}")

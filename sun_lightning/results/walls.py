@@ -14,6 +14,7 @@ import gymnasium
 import numpy as np
 
 from sun_lightning.envs import ant_maze, point_maze
+from sun_lightning.envs.maze_map import recorded_maze
 
 #: A wall rectangle ``(x0, y0, width, height)`` in the plane of goal dimensions 0 (x) and 1 (y).
 Rect = tuple[float, float, float, float]
@@ -28,7 +29,11 @@ def point_cell_extent(cell: int, offset: int) -> tuple[float, float]:
 
 
 def wall_rectangles(env_id: str) -> tuple[Rect, ...]:
-    """The wall rectangles of a point or ant maze in its goal plane (dims 0, 1); ``()`` for every other environment."""
+    """The wall rectangles of a point or ant maze in its goal plane (dims 0, 1), or of a maze from outside the package
+    whose map the run read (:mod:`sun_lightning.envs.maze_map`); ``()`` for every other environment."""
+    recorded = recorded_maze(env_id)
+    if recorded is not None:
+        return recorded.wall_rectangles()
     maze = (gymnasium.spec(env_id).kwargs or {}).get("maze")
     if maze in point_maze.MAZES:
         wall, offset = point_maze.maze_wall(maze), point_maze.MAZES[maze][1]
