@@ -32,7 +32,7 @@ from sun_lightning import precision, run_folders
 from sun_lightning.data import ExplorationDataModule
 from sun_lightning.envs import env_ids
 from sun_lightning.domains import check_config
-from sun_lightning.errors import ConfigError, UsageError, check_config_files
+from sun_lightning.errors import ConfigError, UsageError, check_config_files, config_files
 from sun_lightning.identity import asked_identity, check_fits, recorded_identity
 from sun_lightning.integrity import resolve_checkpoint
 from sun_lightning.safe_pickle import read_checkpoint
@@ -234,7 +234,7 @@ def main(args: list[str] | None = None, run: bool = True) -> SUNCLI:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     check_config_files(sys.argv[1:] if args is None else args)  # a YAML error names its file, line and column
     tune_allocator()
-    quiet_third_party()
+    quiet_third_party(_command_text(sys.argv[1:] if args is None else args))
     return SUNCLI(
         model_class=Learner,
         datamodule_class=ExplorationDataModule,
@@ -263,6 +263,17 @@ def main(args: list[str] | None = None, run: bool = True) -> SUNCLI:
         args=args,
         run=run,
     )
+
+
+def _command_text(argv: list[str]) -> str:
+    """The command line and its config files' text (what a run is about, for :func:`quiet_third_party`)."""
+    texts = [" ".join(map(str, argv))]
+    for name in config_files(argv):
+        try:
+            texts.append(Path(name).read_text())
+        except OSError:
+            pass
+    return "\n".join(texts)
 
 
 #: The metrics the summary shows, in order (all of them are in MLflow).
