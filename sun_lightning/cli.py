@@ -28,11 +28,11 @@ from callbacks.evaluation import GoalEvaluation
 from callbacks.exploration import ExplorationLogger
 from callbacks.progress import FrameProgressBar
 from callbacks.results import ResultsLogger
-from sun_lightning import precision
+from sun_lightning import precision, run_folders
 from sun_lightning.data import ExplorationDataModule
 from sun_lightning.envs import env_ids
 from sun_lightning.domains import check_config
-from sun_lightning.errors import ConfigError, UsageError, check_config_files
+from sun_lightning.errors import ConfigError, UsageError, check_config_files, config_files
 from sun_lightning.identity import asked_identity, check_fits, recorded_identity
 from sun_lightning.integrity import resolve_checkpoint
 from sun_lightning.safe_pickle import read_checkpoint
@@ -143,9 +143,9 @@ class SUNCLI(LightningCLI):
         return datamodule.goal_space
 
     def before_fit(self) -> None:
-        line = getattr(self, "precision_line", None)
-        if line and self.trainer.is_global_zero:
-            print(line, flush=True)
+        for line in (getattr(self, "precision_line", None), getattr(self, "folder_line", None)):
+            if line and self.trainer.is_global_zero:
+                print(line, flush=True)
 
     def after_fit(self) -> None:
         """The end-of-run summary: final metrics, where the run, its checkpoint and its results are, and how to look."""
@@ -155,7 +155,7 @@ class SUNCLI(LightningCLI):
             for logger in self.trainer.loggers:
                 if isinstance(logger, SUNMLFlowLogger):  # stopped by the user, not finished (MLflow's own status)
                     logger.set_status("KILLED")
-        print(run_summary(self.trainer), flush=True)
+        print(run_summary(self.trainer, getattr(self, "folder_line", None)), flush=True)
 
     def _instantiate_trainer(self, config: dict, callbacks: list):
         # The frame bar and checkpoints are always configured (``progress``, ``checkpoint``); Lightning refuses
@@ -200,8 +200,13 @@ class SUNCLI(LightningCLI):
         selector = str(selector.get("class_path", "")) if isinstance(selector, Namespace) else "SUNAdaptive"
         method = method_of(selector)
         name = run_name(env_id, method, seed)
-        if config.get("checkpoint") is not None and config.checkpoint.get("dirpath") is None:
-            config.checkpoint.dirpath = str(Path(config.trainer.get("default_root_dir") or ".") / name)
+        version = 0
+        if config.get("checkpoint") is not None:
+            base = config.checkpoint.get("dirpath") or Path(config.trainer.get("default_root_dir") or ".") / name
+            version = _choose_folder(config, base) if self.subcommand == "fit" else 0
+            if version and not config.get("ckpt_path"):
+                self.folder_line = (f"note: {base} holds an earlier run's checkpoints; this run writes its own to "
+                                    f"{config.checkpoint.dirpath}")
         # Every value against its constructor's annotated domain, before anything is built (issue 29).
         check_config(config, {"model": None, "data": ExplorationDataModule, "checkpoint": FrameCheckpoint,
                               "metrics": ExplorationLogger, "results": ResultsLogger, "progress": FrameProgressBar})
@@ -215,7 +220,7 @@ class SUNCLI(LightningCLI):
             args = logger.get("init_args") or Namespace()
             prepare_store(args.get("tracking_uri") or MLFLOW_URI, args.get("experiment_name") or "lightning_logs",
                           args.get("artifact_location"))
-            args.run_name = args.get("run_name") or name
+            args.run_name = (args.get("run_name") or name) + run_folders.suffix(version)  # another run, another name
             resumed = _resumed_run(config)
             if resumed and not args.get("run_id"):
                 args.run_id = resumed  # a resumed run continues its MLflow run
@@ -229,7 +234,7 @@ def main(args: list[str] | None = None, run: bool = True) -> SUNCLI:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     check_config_files(sys.argv[1:] if args is None else args)  # a YAML error names its file, line and column
     tune_allocator()
-    quiet_third_party()
+    quiet_third_party(_command_text(sys.argv[1:] if args is None else args))
     return SUNCLI(
         model_class=Learner,
         datamodule_class=ExplorationDataModule,
@@ -260,13 +265,25 @@ def main(args: list[str] | None = None, run: bool = True) -> SUNCLI:
     )
 
 
+def _command_text(argv: list[str]) -> str:
+    """The command line and its config files' text (what a run is about, for :func:`quiet_third_party`)."""
+    texts = [" ".join(map(str, argv))]
+    for name in config_files(argv):
+        try:
+            texts.append(Path(name).read_text())
+        except OSError:
+            pass
+    return "\n".join(texts)
+
+
 #: The metrics the summary shows, in order (all of them are in MLflow).
 SUMMARY_METRICS = ("explore/visits/coverage", "explore/visits/entropy", "explore/visits/knn_entropy",
                    "explore/goals/success", "train/loss/td")
 
 
-def run_summary(trainer) -> str:
-    """A few lines for the end of a run: metrics, MLflow run, checkpoint, and the ``mlflow ui`` command."""
+def run_summary(trainer, folder_line: str | None = None) -> str:
+    """A few lines for the end of a run: metrics, MLflow run, checkpoint (and ``folder_line`` where the run got a
+    folder of its own beside an earlier run's), and the ``mlflow ui`` command."""
     dm = trainer.datamodule
     final = next((cb.final for cb in trainer.callbacks if isinstance(cb, ExplorationLogger)), {})
     shown = "  ".join(f"{name.rsplit('/', 1)[-1]}={final[name]:.4f}" for name in SUMMARY_METRICS if name in final)
@@ -279,7 +296,26 @@ def run_summary(trainer) -> str:
     if checkpoint is not None and getattr(checkpoint, "last_model_path", ""):
         lines.append(f"checkpoint: {Path(checkpoint.last_model_path).resolve()}  "
                      f"(continue or resume: --ckpt_path {checkpoint.last_model_path})")
+        if folder_line:
+            lines.append(folder_line)
     return "\n".join(lines)
+
+
+def _choose_folder(config: Namespace, base: str | Path) -> int:
+    """Set ``checkpoint.dirpath`` to the run's folder under ``base`` and return its number (0: ``base``).
+
+    A fresh run never writes into a folder that holds another run's checkpoints (it gets ``<base>-v<N>``);
+    ``--ckpt_path last`` continues the newest run of the name; a named checkpoint of one of these folders
+    continues in its own folder (:mod:`sun_lightning.run_folders`).
+    """
+    ckpt_path = config.get("ckpt_path")
+    if ckpt_path == "last":
+        folder, number = run_folders.newest_folder(base)
+    else:
+        own = run_folders.folder_of(ckpt_path, base) if ckpt_path else None
+        folder, number = own or run_folders.fresh_folder(base)
+    config.checkpoint.dirpath = str(folder)
+    return number
 
 
 def _check_checkpoint(config: Namespace, seed: int | None, method: str) -> None:

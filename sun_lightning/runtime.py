@@ -40,9 +40,35 @@ _CHATTY_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.ut
                    "mlflow.store.db.utils", "alembic.runtime.migration")
 
 
-def quiet_third_party() -> None:
-    """Silence the INFO notices of :data:`_CHATTY_LOGGERS` and one deprecation warning Lightning raises itself."""
+#: Notices a dependency prints to stderr when imported (through ``farama_notifications``), by package, with a text
+#: that marks the ones saying nothing about a run of this package: Gymnasium-Robotics 1.2.1–1.4.2 prints that the
+#: ``AdroitHand*Dense-v1`` rewards changed, on every import, whatever env the run uses.
+_UNRELATED_NOTICES = {"gymnasium_robotics": "AdroitHand"}
+
+
+def drop_unrelated_notices(keep_if: str = "") -> int:
+    """Remove the :data:`_UNRELATED_NOTICES` from ``farama_notifications`` before their package is imported (unless
+    ``keep_if``, the command line and config text, names what they are about); returns how many were removed."""
+    try:
+        from farama_notifications import notifications
+    except ImportError:
+        return 0
+    removed = 0
+    for package, about in _UNRELATED_NOTICES.items():
+        notices = notifications.get(package)
+        if not isinstance(notices, dict) or about in keep_if:
+            continue
+        for version in [v for v, text in notices.items() if about in str(text)]:
+            del notices[version]
+            removed += 1
+    return removed
+
+
+def quiet_third_party(keep_if: str = "") -> None:
+    """Silence the INFO notices of :data:`_CHATTY_LOGGERS`, one deprecation warning Lightning raises itself and the
+    import notices of :data:`_UNRELATED_NOTICES` (the CLI's; importing the package changes none of them)."""
     for name in _CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+    drop_unrelated_notices(keep_if)
     # Lightning 2.6's own pytree helper calls an API that torch 2.13 deprecates; nothing in this project can fix it.
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)

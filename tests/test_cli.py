@@ -177,3 +177,32 @@ def test_two_in_process_runs_in_two_folders_log_to_their_own_stores(tmp_path, mo
     for folder in ("a", "b"):
         table = runs(tmp_path / folder)
         assert len(table) == 1 and table.status[0] == "FINISHED", folder
+
+
+NOTICE_CHECK = """
+import sys, warnings
+from farama_notifications import notifications
+text = "AdroitHandRelocateDense-v1 ... environment's reward functions were updated in v1.2.1"
+notifications["gymnasium_robotics"] = {"1.4.2": text}
+notifications["other_package"] = {"1.0": "AdroitHand elsewhere"}
+import sun_lightning, sun_lightning.cli
+leaf = lambda: any(f[1] is not None and "LeafSpec" in f[1].pattern for f in warnings.filters)
+print("imported", len(notifications["gymnasium_robotics"]), leaf())
+from sun_lightning.errors import UsageError
+try:
+    sun_lightning.cli.main(sys.argv[1:])
+except UsageError:
+    pass
+print("cli", len(notifications["gymnasium_robotics"]), leaf(), len(notifications["other_package"]))
+"""
+
+
+@pytest.mark.parametrize("extra,kept", [((), 0), pytest.param(("--data.env_id", "AdroitHandRelocateDense-v1"), 1,
+                                                                marks=pytest.mark.slow)])  # ≈ 30 s each under load
+def test_the_cli_drops_unrelated_dependency_notices_and_importing_does_not(extra, kept, tmp_path):
+    """Gymnasium-Robotics prints a notice about its Adroit envs on import: the CLI drops it (unless the run is about
+    them) and filters Lightning's own deprecation warning; importing the package leaves both alone."""
+    args = ["fit", "--config", str(ROOT / "conf" / "three_room.yaml"), *extra, "--data.nope", "1"]
+    out = subprocess.run([sys.executable, "-c", NOTICE_CHECK, *args], cwd=tmp_path, capture_output=True, text=True,
+                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert out.stdout.split("\n")[:2] == ["imported 1 False", f"cli {kept} True 1"], out.stdout + out.stderr[-2000:]

@@ -114,6 +114,23 @@ def test_a_goal_dict_is_flattened_with_the_goal_from_achieved_goal():
     venv.close()
 
 
+def test_the_heatmap_axes_are_named_from_the_goal():
+    from sun_lightning.results.goal_grid import GoalGrid
+
+    CustomEnv("TestDictPoint-v0", GoalConfig(low=[-1, -1], high=[1, 1], reach=0.1))  # goal from achieved_goal
+    assert goal_space("TestDictPoint-v0").goal_names == ("achieved_goal[0]", "achieved_goal[1]")
+    assert GoalGrid.of("TestDictPoint-v0").axis_labels == ("achieved_goal[0]", "achieved_goal[1]")
+    CustomEnv("TestDictPoint-v0", GoalConfig(dims=[3, 0], low=[-1, -1], high=[1, 1]))  # indices of the flat dict
+    assert GoalGrid.of("TestDictPoint-v0").axis_labels == ("achieved_goal[1]", "observation[0]")
+    CustomEnv("MountainCarContinuous-v0", GoalConfig(dims=[1, 0], low=[-0.07, -1.2], high=[0.07, 0.6]))
+    assert GoalGrid.of("MountainCarContinuous-v0").axis_labels == ("obs[1]", "obs[0]")
+    CustomEnv("MountainCarContinuous-v0", GoalConfig(dims=[0, 1], low=[-1.2, -0.07], high=[0.6, 0.07],
+                                                     names=["position", "velocity"]))
+    assert GoalGrid.of("MountainCarContinuous-v0").axis_labels == ("position", "velocity")
+    # the package's own envs keep their goal dims' indices
+    assert GoalGrid.of("sun_lightning/PointMazeS-v0").axis_labels[0].startswith("goal dim 0 (obs[")
+
+
 def test_the_async_vector_env_steps_as_the_sync_one():
     configs = GoalConfig(dims=[0, 1, 2, 3], low=[-1] * 4, high=[1] * 4)
     sync, spawned = (CustomEnv("Acrobot-v1", configs, vector=mode).make_vec(2) for mode in ("sync", "async"))
@@ -151,6 +168,7 @@ gymnasium.register("TestNested-v0", entry_point=Nested)
     ("MountainCarContinuous-v0", {"reach": "radiu"}, "data.goal.reach must be radius or a distance > 0"),
     ("MountainCarContinuous-v0", {"low": [-1.2]}, "data.goal.low has 1 values, the goal 2 dimensions"),
     ("MountainCarContinuous-v0", {"rho": -0.1}, "data.goal.rho must be positive"),
+    ("MountainCarContinuous-v0", {"names": ["x"]}, "data.goal.names has 1 names, the goal 2 dimensions (dims [0, 1])"),
     ("MountainCarContinuous-v0", {"with_action": True}, "data.goal.with_action: MountainCarContinuous-v0's actions are "
                                                         "continuous"),
     ("MountainCarContinuous-v0", {"dims": "achieved_goal"}, "data.goal.dims: MountainCarContinuous-v0 has no "

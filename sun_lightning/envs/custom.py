@@ -54,6 +54,8 @@ class GoalConfig:
         rho: pseudocount radius in the standardized goal space (SPEC §4).
         with_action: discrete actions are part of the goal (SPEC §2); ``None``: exactly when actions are discrete
             (the DQN variant's goals always carry one, continuous actions never do).
+        names: each goal dimension's name, for the heatmaps' axes; ``None``: ``achieved_goal[0]``, ... (the goal
+            dict entry and index), or ``obs[<index>]`` of a Box observation.
     """
 
     dims: list[int] | str | None = None
@@ -62,6 +64,7 @@ class GoalConfig:
     reach: float | str = "radius"
     rho: float = 0.1
     with_action: bool | None = None
+    names: list[str] | None = None
 
 
 def import_env_package(package: str | None, env_id: str) -> str:
@@ -226,6 +229,7 @@ def goal_space_of(env_id: str, goal: GoalConfig, observation_space: gymnasium.Sp
         if not dims or len(set(dims)) != len(dims):
             raise ConfigError(f"data.goal.dims must name distinct observation entries, got {dims}")
     goal_dims = tuple(dims) if dims is not None else tuple(range(obs_dim))
+    names = _goal_names(goal.names, goal_dims, slices)
     low = _bounds("low", goal.low, obs_low[list(goal_dims)], env_id, maze, 0)
     high = _bounds("high", goal.high, obs_high[list(goal_dims)], env_id, maze, 1)
     for name, values in (("low", low), ("high", high)):
@@ -265,8 +269,24 @@ def goal_space_of(env_id: str, goal: GoalConfig, observation_space: gymnasium.Sp
                           "actions (DQN variant) or a 1-d Box (TD3 variant)")
     space = GoalSpace(obs_dim=obs_dim, num_actions=num_actions, action_dim=action_dim,
                       goal_dims=None if goal_dims == tuple(range(obs_dim)) else goal_dims,
-                      low=low, high=high, rho=float(goal.rho), reach=reach, eta=eta)
+                      low=low, high=high, rho=float(goal.rho), reach=reach, eta=eta, goal_names=names)
     return space, rescale
+
+
+def _goal_names(given: list[str] | None, goal_dims: tuple[int, ...], slices: dict[str, slice] | None) -> tuple[str, ...]:
+    """Each goal dimension's name: ``given``, else its goal-dict entry and index (``achieved_goal[0]``), else
+    ``obs[<index>]``."""
+    if given is not None:
+        if len(given) != len(goal_dims):
+            raise ConfigError(f"data.goal.names has {len(given)} names, the goal {len(goal_dims)} dimensions "
+                              f"(dims {list(goal_dims)})")
+        return tuple(str(name) for name in given)
+
+    def name(d: int) -> str:
+        key = next((key for key, part in (slices or {}).items() if part.start <= d < part.stop), None)
+        return f"{key}[{d - slices[key].start}]" if key is not None else f"obs[{d}]"
+
+    return tuple(name(d) for d in goal_dims)
 
 
 def _bounds(name: str, given: list[float] | str | None, observed: np.ndarray, env_id: str, maze: MazeMap | None,

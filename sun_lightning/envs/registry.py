@@ -61,6 +61,8 @@ class GoalSpace:
     grid_shape: tuple[int, int] | None = None
     metric_low: tuple[float, ...] = field(default=())
     metric_high: tuple[float, ...] = field(default=())
+    #: each goal dimension's name on plots (``achieved_goal[0]``); empty: ``obs[<index>]``
+    goal_names: tuple[str, ...] = field(default=())
 
     @property
     def discrete(self) -> bool:

@@ -84,8 +84,10 @@ class GoalGrid:
     def axis_labels(self) -> tuple[str, str]:
         if self.tiles:
             return "column", "row"
-        dims = self.space.goal_dims or tuple(range(self.space.goal_dim))
-        return f"goal dim 0 (obs[{dims[0]}])", f"goal dim 1 (obs[{dims[1]}])" if len(dims) > 1 else "—"
+        names = getattr(self.space, "goal_names", ())  # a goal space unpickled from before it had names: none
+        if not names:
+            names = tuple(f"goal dim {i} (obs[{d}])" for i, d in enumerate(self.space.goal_dims or range(self.space.goal_dim)))
+        return names[0], names[1] if len(names) > 1 else "—"
 
     def cells(self, goals: torch.Tensor) -> torch.Tensor:
         """Flat image index (``row * cols + col``) of goal projections ``[N, goal_dim]``."""

@@ -22,6 +22,7 @@ from pathlib import Path
 import yaml
 
 from callbacks.checkpoint import LAST
+from sun_lightning import run_folders
 from callbacks.exploration import ExplorationLogger
 from sun_lightning.methods import method_args
 from sun_lightning.tracking import run_name
@@ -151,24 +152,31 @@ def _die_with_parent() -> None:
         pass
 
 
+def _resumed_file(folder: Path) -> Path:
+    """What the log names as the checkpoint a run resumes from (``--ckpt_path last`` verifies it)."""
+    return folder / LAST if (folder / LAST).is_file() else folder
+
+
 def start_fit(args: list[str], ckpt_dir: Path, cwd: Path, log_path: Path, threads: int,
               attempt_note: str = "") -> tuple[subprocess.Popen, object, bool]:
     """Start one run in ``cwd`` as a child process, appending its output to ``log_path``.
 
-    A run whose ``last.ckpt`` exists (an interrupted study, a Ray task retried after its worker died)
-    continues from it with ``--ckpt_path last``, in the same MLflow run.
+    A run whose folder holds a checkpoint (an interrupted study, a Ray task retried after its worker died)
+    continues from the newest intact one with ``--ckpt_path last``, in the same MLflow run (a fresh launch
+    there would get a folder of its own: :mod:`sun_lightning.run_folders`).
 
     Returns:
         The process, the open log file and whether the run resumes.
     """
-    resumed = (cwd / ckpt_dir / LAST).is_file()
+    folder = run_folders.newest_folder(cwd / ckpt_dir)[0]
+    resumed = run_folders.has_checkpoints(folder)
     argv = [sys.executable, *args, *(("--ckpt_path", "last") if resumed else ())]
     path = os.environ.get("PYTHONPATH")
     env = dict(os.environ, OMP_NUM_THREADS=str(threads),
                PYTHONPATH=str(PACKAGE_ROOT) + (os.pathsep + path if path else ""))
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "a")
-    log.write(f"== {'resuming from ' + str(ckpt_dir / LAST) if resumed else 'starting'}{attempt_note}\n")
+    log.write(f"== {'resuming from ' + str(_resumed_file(folder).relative_to(cwd)) if resumed else 'starting'}{attempt_note}\n")
     log.flush()
     # A process group of its own: a terminal's Ctrl-C reaches the run through the runner, which passes it on and
     # waits for the run's checkpoint (sun_lightning.study.local), not beside the runner's own exit.
