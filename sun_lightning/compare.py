@@ -72,6 +72,18 @@ def gather(client: mlflow.MlflowClient, experiment: str, specs: list[RunSpec]) -
     return study, missing
 
 
+def record_config_env(config: str | Path) -> None:
+    """Make the goal space (and a maze's map) of a config's own environment (``data.goal``, docs/custom-envs.md) known
+    in this process, as a run does, so that its report can draw its heatmaps; registered ids need nothing."""
+    import yaml
+
+    from sun_lightning.envs.custom import GoalConfig, custom_env
+
+    data = (yaml.safe_load(Path(config).read_text()) or {}).get("data") or {}
+    if isinstance(data.get("goal"), dict):
+        custom_env(data["env_id"], GoalConfig(**data["goal"]), data.get("env_package"))
+
+
 def report(client: mlflow.MlflowClient, args: argparse.Namespace, specs: list[RunSpec], parent: str,
            failed: list[str]) -> Study:
     """Write the reports into the results folder and onto the parent run, nesting the runs under it."""
@@ -83,6 +95,7 @@ def report(client: mlflow.MlflowClient, args: argparse.Namespace, specs: list[Ru
     seeds = ", ".join(map(str, args.seeds))
     reports = {}
     for config, env_id in dict.fromkeys((s.config, s.env_id) for s in specs):
+        record_config_env(config)
         runs = study[env_id]
         snapshots = {}
         for method, records in runs.items():

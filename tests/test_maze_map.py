@@ -75,3 +75,17 @@ def test_the_example_configs_fit_and_evaluate(config, tmp_path, monkeypatch):
                 "--model.init_args.head_width", "32"])
     evaluation = next(cb for cb in cli.trainer.callbacks if type(cb).__name__ == "GoalEvaluation")
     assert cli.model.updates > 0 and len(evaluation.latest.reached) == 7  # the U's free cells
+
+
+def test_a_report_process_knows_a_configs_own_env():
+    """The comparison report draws a user's env's heatmaps in a process that ran none of its runs."""
+    from sun_lightning.compare import record_config_env
+    from sun_lightning.envs.maze_map import record_maze
+    from sun_lightning.envs.registry import goal_space
+    from sun_lightning.results.goal_grid import GoalGrid
+
+    record_maze("AntMaze_UMaze-v5", None)
+    record_config_env(ROOT / "conf/custom/antmaze_umaze.yaml")
+    assert goal_space("AntMaze_UMaze-v5").low == (-6.0, -6.0)
+    assert len(GoalGrid.of("AntMaze_UMaze-v5").walls) == 18
+    record_config_env(ROOT / "conf/point_maze_s.yaml")  # a registered id: nothing to do
