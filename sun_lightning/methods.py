@@ -37,7 +37,7 @@ METHODS: dict[str, tuple[str, ...]] = {
     "novelty_only": ("--data.selector", "sun_lightning.goals.variants.NoveltyOnly"),
     "reachability_only": ("--data.selector", "sun_lightning.goals.variants.ReachabilityOnly"),
     "discover": ("--data.selector", "sun_lightning.goals.ensemble.DISCOVER"),
-    "discover_raw": ("--data.selector", "sun_lightning.goals.ensemble.DISCOVER"),
+    "discover_raw": ("--data.selector", "sun_lightning.goals.ensemble.DISCOVERRaw"),
     "adagoal": ("--data.selector", "sun_lightning.goals.ensemble.AdaGoal"),
     "random": ("--data.selector", "sun_lightning.goals.RandomActions"),
 }

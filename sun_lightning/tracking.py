@@ -28,7 +28,7 @@ from pathlib import Path
 import mlflow
 
 from sun_lightning.errors import ConfigError
-from sun_lightning.methods import METHODS
+from sun_lightning.methods import DISCOVER_TD3, METHODS
 
 MLFLOW_DIR = Path("mlruns")
 MLFLOW_URI = f"sqlite:///{MLFLOW_DIR}/mlflow.db"
@@ -220,6 +220,7 @@ def method_of(selector_class_path: str) -> str:
     by_class = {args[args.index("--data.selector") + 1].rsplit(".", 1)[-1]: name
                 for name, args in METHODS.items() if "--data.selector" in args}
     by_class.setdefault(_DEFAULT_SELECTOR, "sun")
+    by_class.setdefault(DISCOVER_TD3.rsplit(".", 1)[-1], "discover")  # the TD3 variant's DISCOVER (method_args)
     cls = selector_class_path.rsplit(".", 1)[-1]
     return by_class.get(cls, cls.lower())
 

@@ -29,7 +29,7 @@ def test_every_method_is_a_valid_override(method, tmp_path, monkeypatch):
     selector = type(cli.datamodule.selector).__name__
     expected = {"sun": "SUNAdaptive", "sun_per_step": "SUNPerStep", "sun_episodic": "SUNEpisodic",
                 "sun_additive": "SUNAdditive", "novelty_only": "NoveltyOnly", "reachability_only": "ReachabilityOnly",
-                "discover": "DISCOVER", "discover_raw": "DISCOVER", "adagoal": "AdaGoal",
+                "discover": "DISCOVER", "discover_raw": "DISCOVERRaw", "adagoal": "AdaGoal",
                 "random": "RandomActions"}[method]
     assert selector == expected
     ensemble = type(cli.model).__name__ == "EnsembleDQNSVF"
@@ -175,7 +175,7 @@ def test_ensembles_follow_the_configs_learner(method, config, tmp_path, monkeypa
         assert type(selector).__name__ == "DISCOVERTD3"
         assert selector.num_candidates == (10000 if config.stem == "antmaze" else 5000)
     if method == "discover_raw":
-        assert type(selector).__name__ == "DISCOVER" and selector.beta == 1.0  # β = 1 on GCRL control (paper appendix)
+        assert type(selector).__name__ == "DISCOVERRaw" and selector.beta == 1.0  # β = 1 on GCRL control (paper appendix)
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))

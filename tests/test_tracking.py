@@ -26,6 +26,10 @@ def test_run_names_follow_env_method_seed():
             selector = args[args.index("--data.selector") + 1]
         assert method_of(selector) == method
     assert method_of("sun_lightning.goals.sun.SUNAdaptive") == "sun" and method_of("my.rules.Curious") == "curious"
+    # DISCOVER is one method on both variants: the paper's own code (DQN) and the official TD3 selection
+    assert method_of("sun_lightning.goals.ensemble.DISCOVER") == "discover"
+    assert method_of("sun_lightning.goals.discover.DISCOVERTD3") == "discover"
+    assert method_of("sun_lightning.goals.ensemble.DISCOVERRaw") == "discover_raw"
 
 
 def test_params_are_config_paths_without_internal_keys():

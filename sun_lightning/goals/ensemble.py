@@ -69,3 +69,13 @@ class AdaGoal(GoalSelector):
 
     def score(self, values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         return ensemble_mean_std(values)[1]
+
+
+class DISCOVERRaw(DISCOVER):
+    """The paper's DISCOVER formula taken literally, μ + β σ of the raw values (the ``discover_raw`` method).
+
+    The same rule as :class:`DISCOVER`, named apart so that runs of it are told from the paper's comparison: on
+    discrete actions ``discover`` is this formula already (the paper's own code); on continuous actions ``discover``
+    is the official TD3 selection (:class:`~sun_lightning.goals.discover.DISCOVERTD3`) and this one runs with β = 1
+    beside it.
+    """
