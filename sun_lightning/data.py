@@ -178,7 +178,8 @@ class ExplorationDataModule(pl.LightningDataModule):
         self.vector_env = vec
         base = GymWrapper(vec, categorical_action_encoding=True)
         base.set_seed(seed)
-        self.transform = GoalSelectionTransform(self.selector, self.storage, self.pseudocount, learner, self.num_envs)
+        self.transform = GoalSelectionTransform(self.selector, self.storage, self.pseudocount, learner, self.num_envs,
+                                                _horizon(vec, self.custom))
         self.env = TransformedEnv(base, self.transform)
         self.policy = learner.make_policy(self.selector.uses_goals)
         # The acting policies read goals and observations only, no episode-start flag: TorchRL's InitTracker
@@ -432,3 +433,12 @@ class CollectionStats:
         }
         self.reset()
         return out
+
+
+def _horizon(vec, custom) -> int | None:
+    """The episode horizon of a vector env's sub-envs (its spec's ``max_episode_steps``; a user's env: its
+    registration's), ``None`` if it has none."""
+    spec = getattr(vec, "spec", None)
+    if custom is not None:
+        spec = gymnasium.spec(custom.gym_id)
+    return getattr(spec, "max_episode_steps", None) or None

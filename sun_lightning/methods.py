@@ -24,6 +24,10 @@ import yaml
 
 TD3 = "sun_lightning.learners.td3.TD3SVF"
 DISCOVER_TD3 = "sun_lightning.goals.discover.DISCOVERTD3"
+#: mrl's ``num_sampled_ags`` (``experiments/mega/train_mega.py`` line 309): MEGA's candidates per env on DQN.
+MRL_CANDIDATES = 100
+#: Methods whose rule has a class of its own on the TD3 variant (no ensemble): method → that class.
+TD3_VARIANT = {"mega": "sun_lightning.goals.mega.MEGATD3", "mega_pseudocount": "sun_lightning.goals.mega.MEGACountTD3"}
 #: DISCOVER's pool of candidates (``num_goals`` of its ``scripts/train.sh`` presets) where it is not 5000.
 DISCOVER_POOL = {"sun_lightning/AntMazeS-v0": 10000, "sun_lightning/AntMazeH-v0": 10000}
 ENSEMBLE = {"sun_lightning.learners.dqn.DQNSVF": "sun_lightning.learners.ensemble_dqn.EnsembleDQNSVF",
@@ -39,6 +43,8 @@ METHODS: dict[str, tuple[str, ...]] = {
     "discover": ("--data.selector", "sun_lightning.goals.ensemble.DISCOVER"),
     "discover_raw": ("--data.selector", "sun_lightning.goals.ensemble.DISCOVERRaw"),
     "adagoal": ("--data.selector", "sun_lightning.goals.ensemble.AdaGoal"),
+    "mega": ("--data.selector", "sun_lightning.goals.mega.MEGA"),
+    "mega_pseudocount": ("--data.selector", "sun_lightning.goals.mega.MEGACount"),
     "random": ("--data.selector", "sun_lightning.goals.RandomActions"),
 }
 """Method name → the arguments that select it (SUN adaptive is the configs' default)."""
@@ -59,14 +65,11 @@ def method_args(name: str, config: str | Path | None = None) -> tuple[str, ...]:
         args = METHODS[name]
     except KeyError:
         raise ValueError(f"unknown method {name!r}; known methods: {', '.join(METHODS)}") from None
+    if name in TD3_VARIANT:
+        return _td3_variant(name, args, config)
     if name not in ("discover", "discover_raw", "adagoal"):
         return args
-    learner, config_data = "sun_lightning.learners.dqn.DQNSVF", {}
-    if config is not None:
-        loaded = yaml.safe_load(Path(config).read_text()) or {}
-        model = loaded.get("model") or {}
-        learner = model.get("class_path", learner) if isinstance(model, dict) else learner
-        config_data = loaded.get("data") or {}
+    learner, config_data = _config_of(config)
     if learner not in ENSEMBLE:
         raise ValueError(f"{name} needs an ensemble of the config's learner {learner!r}; known: {', '.join(ENSEMBLE)}")
     if learner == TD3 and name == "discover":
@@ -75,3 +78,23 @@ def method_args(name: str, config: str | Path | None = None) -> tuple[str, ...]:
     elif learner == TD3 and name == "discover_raw":
         args = (*args, "--data.selector.beta", "1.0")
     return ("--model", ENSEMBLE[learner], *args)
+
+
+def _config_of(config: str | Path | None) -> tuple[str, dict]:
+    """The learner class path (the DQN variant's when ``None``) and the ``data`` section of an env config."""
+    if config is None:
+        return "sun_lightning.learners.dqn.DQNSVF", {}
+    loaded = yaml.safe_load(Path(config).read_text()) or {}
+    model = loaded.get("model") or {}
+    learner = model.get("class_path", "sun_lightning.learners.dqn.DQNSVF") if isinstance(model, dict) else ""
+    return learner, loaded.get("data") or {}
+
+
+def _td3_variant(name: str, args: tuple[str, ...], config: str | Path | None) -> tuple[str, ...]:
+    """MEGA's arguments: mrl's rule on the DQN variant, DISCOVER's on TD3 (its pool 10 000 on the ant mazes)."""
+    learner, data = _config_of(config)
+    if learner != TD3:  # the candidates named: a class swapped in on the command line keeps the default rule's 256
+        return (*args, "--data.selector.num_candidates", str(MRL_CANDIDATES))
+    pool = str(DISCOVER_POOL.get(data.get("env_id"), 5000))
+    return ("--data.selector", TD3_VARIANT[name], "--data.selector.num_candidates", pool,
+            "--data.selector.kde_samples", pool)

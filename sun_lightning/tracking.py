@@ -28,7 +28,7 @@ from pathlib import Path
 import mlflow
 
 from sun_lightning.errors import ConfigError
-from sun_lightning.methods import DISCOVER_TD3, METHODS
+from sun_lightning.methods import DISCOVER_TD3, METHODS, TD3_VARIANT
 
 MLFLOW_DIR = Path("mlruns")
 MLFLOW_URI = f"sqlite:///{MLFLOW_DIR}/mlflow.db"
@@ -221,6 +221,8 @@ def method_of(selector_class_path: str) -> str:
                 for name, args in METHODS.items() if "--data.selector" in args}
     by_class.setdefault(_DEFAULT_SELECTOR, "sun")
     by_class.setdefault(DISCOVER_TD3.rsplit(".", 1)[-1], "discover")  # the TD3 variant's DISCOVER (method_args)
+    for name, path in TD3_VARIANT.items():  # the TD3 variant's MEGA (method_args)
+        by_class.setdefault(path.rsplit(".", 1)[-1], name)
     cls = selector_class_path.rsplit(".", 1)[-1]
     return by_class.get(cls, cls.lower())
 

@@ -30,7 +30,7 @@ def test_every_method_is_a_valid_override(method, tmp_path, monkeypatch):
     expected = {"sun": "SUNAdaptive", "sun_per_step": "SUNPerStep", "sun_episodic": "SUNEpisodic",
                 "sun_additive": "SUNAdditive", "novelty_only": "NoveltyOnly", "reachability_only": "ReachabilityOnly",
                 "discover": "DISCOVER", "discover_raw": "DISCOVERRaw", "adagoal": "AdaGoal",
-                "random": "RandomActions"}[method]
+                "mega": "MEGA", "mega_pseudocount": "MEGACount", "random": "RandomActions"}[method]
     assert selector == expected
     ensemble = type(cli.model).__name__ == "EnsembleDQNSVF"
     assert ensemble == (method in ("discover", "discover_raw", "adagoal"))
@@ -162,18 +162,21 @@ def test_stopping_the_runner_stops_its_runs_with_checkpoints(tmp_path):
 
 
 @pytest.mark.parametrize("config", ["point_maze_s", "antmaze"])
-@pytest.mark.parametrize("method", ["discover", "discover_raw", "adagoal", "sun"])
+@pytest.mark.parametrize("method", ["discover", "discover_raw", "adagoal", "sun", "mega", "mega_pseudocount"])
 def test_ensembles_follow_the_configs_learner(method, config, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     config = ROOT / f"conf/{config}.yaml"
     cli = main(["--config", str(config), *method_args(method, config), "--trainer.logger", "false"], run=False)
     expected = {"discover": "EnsembleTD3SVF", "discover_raw": "EnsembleTD3SVF", "adagoal": "EnsembleTD3SVF",
-                "sun": "TD3SVF"}[method]
+                "sun": "TD3SVF", "mega": "TD3SVF", "mega_pseudocount": "TD3SVF"}[method]
     assert type(cli.model).__name__ == expected
     selector = cli.datamodule.selector
     if method == "discover":  # the official TD3 code's selection, its presets' pool size
         assert type(selector).__name__ == "DISCOVERTD3"
         assert selector.num_candidates == (10000 if config.stem == "antmaze" else 5000)
+    if method.startswith("mega"):  # DISCOVER's MEGA: the same pool, and a KDE fitted on as many achieved goals
+        assert type(selector).__name__ == {"mega": "MEGATD3", "mega_pseudocount": "MEGACountTD3"}[method]
+        assert selector.num_candidates == selector.kde_samples == (10000 if config.stem == "antmaze" else 5000)
     if method == "discover_raw":
         assert type(selector).__name__ == "DISCOVERRaw" and selector.beta == 1.0  # β = 1 on GCRL control (paper appendix)
 

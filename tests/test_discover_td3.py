@@ -170,7 +170,7 @@ def test_episode_outcomes_reach_the_rule_through_the_transform(monkeypatch):
     selector = DISCOVERTD3(num_candidates=4)
     env, transform = point_env(selector, storage, learner, num_envs=2)
     seen = []
-    monkeypatch.setattr(selector, "episodes_ended", lambda reached: seen.append(reached.tolist()))
+    monkeypatch.setattr(selector, "episodes_ended", lambda reached, values: seen.append(reached.tolist()))
     td = env.reset()
     transform.goal[:] = torch.tensor([[0.25, 0.0], [9.0, 9.0]])  # env 0 reaches its goal at once, env 1 never
     td[keys.GOAL] = transform.goal.clone()

@@ -10,6 +10,7 @@ changes.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 import torch
 
@@ -69,11 +70,20 @@ class GoalSelector(ABC):
         return reached
 
     # ---- rules with state of their own (none by default) -----------------------------------
-    def bind(self, learner, num_envs: int) -> None:
-        """Called once by the selection transform with the learner whose values it scores and B."""
+    def bind(self, learner, num_envs: int, horizon: int | None = None) -> None:
+        """Called once by the selection transform with the learner whose values it scores, B and the episode
+        horizon (``None`` where the env has none)."""
 
-    def episodes_ended(self, reached: torch.Tensor) -> None:
-        """The episodes that just ended while pursuing goals, ``[n]`` bool: whether each reached its goal."""
+    def novelty(self, goals: torch.Tensor, counts: torch.Tensor | None,
+                achieved: Callable[[int], torch.Tensor]) -> torch.Tensor | None:
+        """What :meth:`score` gets as its second argument for candidates ``goals [..., K, G]``: their pseudocounts
+        ``counts [..., K]`` by default; a rule may score another novelty, e.g. a density fitted on
+        ``achieved(n)``, n achieved goals drawn uniformly from D ``[n, G]``."""
+        return counts
+
+    def episodes_ended(self, reached: torch.Tensor, values: torch.Tensor | None = None) -> None:
+        """The episodes that just ended while pursuing goals, ``[n]`` bool: whether each reached its goal, and
+        ``values [n]``: its goal's value V(s, g) when it was selected (the ensemble's mean)."""
 
     def metrics(self) -> dict[str, float]:
         """The rule's own state, logged with the window's metrics (``explore/goals/...``)."""

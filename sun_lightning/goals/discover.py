@@ -88,7 +88,7 @@ class DISCOVERTD3(GoalSelector):
         self.round_size = 1
         self.episodes = self.reached = 0  # of the batch of episodes not yet adapted on
 
-    def bind(self, learner, num_envs: int) -> None:
+    def bind(self, learner, num_envs: int, horizon: int | None = None) -> None:
         space = getattr(learner, "goal_space", None)
         if space is not None and space.discrete:
             raise ValueError("DISCOVERTD3 is the TD3 variant's selection (continuous actions); the DQN variant's "
@@ -102,7 +102,7 @@ class DISCOVERTD3(GoalSelector):
         mean, std = ensemble_mean_std(distance_scale(values, self.gamma))
         return self.mean_weight * mean + self.std_weight * std
 
-    def episodes_ended(self, reached: torch.Tensor) -> None:
+    def episodes_ended(self, reached: torch.Tensor, values: torch.Tensor | None = None) -> None:
         self.episodes += reached.numel()
         self.reached += int(reached.sum())
         if self.episodes >= self.round_size:

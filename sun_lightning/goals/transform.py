@@ -49,9 +49,11 @@ class GoalSelectionTransform(Transform):
             :class:`~sun_lightning.replay.exact_count.ExactCount` or a radius pseudocount (SPEC §4).
         learner: a :class:`~sun_lightning.learners.base.Learner` (its ``goal_values``).
         num_envs: B.
+        horizon: the env's episode horizon, for rules that scale by it (``None``: none).
     """
 
-    def __init__(self, selector: GoalSelector, storage: GoalReplayStorage, pseudocount, learner, num_envs: int) -> None:
+    def __init__(self, selector: GoalSelector, storage: GoalReplayStorage, pseudocount, learner, num_envs: int,
+                 horizon: int | None = None) -> None:
         super().__init__()
         self.selector = selector
         self.storage = storage
@@ -71,7 +73,7 @@ class GoalSelectionTransform(Transform):
         self.flags = {name: torch.zeros(b, dtype=torch.bool) for name in _FLAGS}
         # Q(s, ·, g) of each env's current state and goal where evaluated this step (NaN: not evaluated).
         self.action_values = torch.full((b, self.space.num_actions), torch.nan) if self.space.discrete else None
-        selector.bind(learner, num_envs)
+        selector.bind(learner, num_envs, horizon)
 
     @property
     def learner(self):
@@ -166,7 +168,7 @@ class GoalSelectionTransform(Transform):
             # Episodes that end pursuing a goal (or in the random phase after reaching it) tell the rule its success.
             ended = done & (self.has_goal | random_phase)
             if bool(ended.any()):
-                self.selector.episodes_ended(random_phase[ended])
+                self.selector.episodes_ended(random_phase[ended], self.value_at_selection[ended])
         if self.selector.per_step:
             # Every env scores a fresh batch against its current goal (SUN per-step).
             self._select(next_tensordict[keys.OBS], ~done & ~random_phase, incumbent=self.has_goal.clone())
@@ -202,7 +204,7 @@ class GoalSelectionTransform(Transform):
                 goal_actions = torch.cat([goal_actions, self.goal_action[envs, None]], 1)
             counts = torch.cat([counts, self._counts(self.goal_index[envs, None])], 1)
         values, acting = self._values(obs[envs], goals, goal_actions, self._goal_keys(index))
-        scores = self.selector.score(values, counts)
+        scores = self.selector.score(values, self.selector.novelty(goals, counts, self._achieved))
         if incumbent is not None:
             scores[:, -1] = torch.where(incumbent[envs], scores[:, -1], -torch.inf)
             # Ties keep the incumbent: switch only to a strictly better goal.
@@ -236,7 +238,8 @@ class GoalSelectionTransform(Transform):
         starts = obs[envs][torch.arange(index.numel()) % envs.numel()]
         values, _ = self._values(starts, goals.unsqueeze(1), None, actor=self.selector.value_actor)
         values = values.squeeze(-1).unsqueeze(-2)  # [E, 1, P]: one score per candidate
-        scores = self.selector.score(values, None)[0]
+        novelty = self.selector.novelty(goals.unsqueeze(0), self._counts(index).unsqueeze(0), self._achieved)
+        scores = self.selector.score(values, novelty)[0]
         best = scores.topk(min(envs.numel(), scores.numel())).indices
         best = best[torch.arange(envs.numel()) % best.numel()]  # a pool smaller than k (a tiny D) is reused
         self.goal[envs] = goals[best]
@@ -260,6 +263,11 @@ class GoalSelectionTransform(Transform):
         extra = {} if actor == "online" else {"actor": actor}
         values, acting = learner.goal_values(obs.to(device), goals.to(device), ga, goal_keys=keys_, **extra)
         return values.cpu(), None if acting is None else acting.cpu()
+
+    def _achieved(self, n: int) -> torch.Tensor:
+        """n achieved goals drawn uniformly from D, ``[n, G]`` (CPU)."""
+        index = self.storage.sample_index((n,))
+        return self.space.project(self.storage.get(index, (keys.OBS,))[keys.OBS]).cpu()
 
     def _goal_keys(self, index: torch.Tensor) -> torch.Tensor | None:
         keys_ = self.storage.goal_keys(index.to(self.storage.device))
