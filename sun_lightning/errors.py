@@ -31,11 +31,12 @@ class UsageError(SystemExit):
     Attributes:
         message: jsonargparse's message.
         options: the option strings of the parser that failed (for "did you mean").
+        line: the report's line where it is known already (:mod:`sun_lightning.precheck`).
     """
 
-    def __init__(self, message: str, options: Iterable[str] = ()) -> None:
+    def __init__(self, message: str, options: Iterable[str] = (), line: str | None = None) -> None:
         super().__init__(USAGE_EXIT_CODE)
-        self.message, self.options = message, sorted(set(options))
+        self.message, self.options, self.line = message, sorted(set(options)), line
 
 
 def suggest(name: str, options: Iterable[str]) -> str | None:
@@ -86,6 +87,8 @@ def _key_path(message: str) -> str:
 
 def usage_line(error: UsageError) -> str:
     """One line for a parse error: the offending key and value, and the closest valid key or a pointer to ``--help``."""
+    if error.line:
+        return error.line
     message = error.message.strip()
     if match := _UNRECOGNIZED.search(message):
         tokens = match.group(1).split()
