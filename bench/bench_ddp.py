@@ -1,4 +1,4 @@
-"""Whole-run env frames/s and learner updates/s of one process against a 2-process DDP run (issue 21).
+"""Whole-run env frames/s and learner updates/s of one process against a 2-process DDP run.
 
 Each run is an ordinary ``python -m sun_lightning fit`` (gloo on CPU, or ``--accelerator gpu``), timed after
 its warm-up by ``tests/ddp/ddp_probe.py``. One process gets all the threads (``--threads``); the DDP run

@@ -1,4 +1,4 @@
-"""Wall-clock cost of one goal-reaching evaluation (issue 27) on the continuous-control environments.
+"""Wall-clock cost of one goal-reaching evaluation on the continuous-control environments.
 
 For each environment: the evaluation goals (at most ``--max-goals``, as ``eval.max_goals``) pursued for one
 horizon by the actor of an untrained TD3 learner of the configs' default size (an untrained actor rarely

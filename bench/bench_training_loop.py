@@ -47,7 +47,7 @@ def main() -> None:
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--baseline", default="0243e9f", help="commit to compare with (the one before issue 16)")
+    parser.add_argument("--baseline", default="0243e9f", help="commit to compare with (the one before the loop's rewrite)")
     parser.add_argument("--config", default="conf/three_room.yaml")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--frames", type=int, default=2000, help="learning frames timed per run")

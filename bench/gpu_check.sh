@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 26 in one command (at most 8 minutes) on a machine with a CUDA GPU:
+# The GPU checks in one command (at most 8 minutes) on a machine with a CUDA GPU:
 # the CUDA tests, bench/bench_td3.py on CUDA (float32 and bf16, single and ensemble), and a short
 # AntMaze-S fit on the GPU; ends with one summary. Logs go to $OUT (default /tmp/gpu_check).
 #

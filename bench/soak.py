@@ -1,4 +1,4 @@
-"""Unattended soak (issue 29): a fit killed with SIGKILL again and again, resumed each time with ``--ckpt_path last``.
+"""Unattended soak: a fit killed with SIGKILL again and again, resumed each time with ``--ckpt_path last``.
 
 For each config, an uninterrupted run gives the reference; the soaked run is then launched ``cycles`` times and
 killed at a random moment each time (every other cycle: while a checkpoint is being written, i.e. while a ``.part``

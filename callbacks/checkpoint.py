@@ -32,7 +32,7 @@ from sun_lightning.tracking import method_of, run_name
 #: The checkpoint key of the MLflow run id the run logs to.
 MLFLOW_RUN_KEY = "sun_mlflow_run_id"
 #: The file in the checkpoint folder that names the MLflow run from the start, before the first checkpoint: a run
-#: killed before it and launched again with ``--ckpt_path last`` continues the same MLflow run (issue 29).
+#: killed before it and launched again with ``--ckpt_path last`` continues the same MLflow run.
 MLFLOW_RUN_FILE = "mlflow_run.json"
 
 
@@ -191,7 +191,7 @@ class FrameCheckpoint(ModelCheckpoint):
         self._last_checkpoint_saved = filepath
 
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
-        migrate(checkpoint)  # a format-1 checkpoint (before issue 29) loads as it is; it gains the fields
+        migrate(checkpoint)  # a format-1 checkpoint (before identities were recorded) loads as it is; it gains the fields
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
         checkpoint[FORMAT_KEY], checkpoint[RUN_KEY] = FORMAT, run_identity(trainer)

@@ -1,4 +1,4 @@
-"""The goal-reaching evaluation during training (issue 27), logged against env frames as ``eval/*``."""
+"""The goal-reaching evaluation during training, logged against env frames as ``eval/*``."""
 
 from __future__ import annotations
 

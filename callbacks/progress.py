@@ -1,4 +1,4 @@
-"""A progress bar that counts env frames, the run's own unit of work (issue 20).
+"""A progress bar that counts env frames, the run's own unit of work.
 
 Lightning's bars count batches; here a batch is one vector step's updates and their number per
 run is unknown in advance (the warm-up has none), so the bar follows the DataModule's frame

@@ -25,7 +25,7 @@ from sun_lightning.results.snapshot import take_snapshot
 class ResultsLogger(pl.Callback):
     """Logs heatmaps during training and the curves at the end, as artifacts of every MLflow logger.
 
-    Artifacts (issue 19):
+    Artifacts:
 
     - ``heatmaps/heatmaps_<pct>.png`` at each fraction of ``data.total_frames`` (``025``, ``050``,
       ``075``, ``100``): visits in D (log-scale counts), goals selected and reached since the previous

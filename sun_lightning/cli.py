@@ -69,7 +69,7 @@ class MLflowSaveConfig(SaveConfigCallback):
         text = self.parser.dump(config, skip_none=False)
         params = config_params(config.as_dict(), skip={LINKED_GOAL_SPACE, *_RUN_IDENTITY})
         for logger in trainer.loggers:
-            if isinstance(logger, SUNMLFlowLogger):  # its writes survive a failing store (issue 20)
+            if isinstance(logger, SUNMLFlowLogger):  # its writes survive a failing store
                 logged = logger.logged_params()
                 if logged:
                     # A resumed run (MLflow params are write-once): the launch's config goes next to the
@@ -137,7 +137,7 @@ class SUNCLI(LightningCLI):
         parser.link_arguments("data", LINKED_GOAL_SPACE, compute_fn=self._goal_space, apply_on="instantiate")
 
     def _goal_space(self, datamodule: ExplorationDataModule):
-        """The goal space the learner gets, once its family fits the env's actions (one line if not, issue 30)."""
+        """The goal space the learner gets, once its family fits the env's actions (one line if not)."""
         config = self.config.get(self.subcommand) if self.subcommand else self.config
         check_family(config.model.class_path, datamodule.goal_space, datamodule.env_id)
         return datamodule.goal_space
@@ -168,7 +168,7 @@ class SUNCLI(LightningCLI):
         return super()._instantiate_trainer(config, [cb for cb in callbacks if not isinstance(cb, drop)])
 
     def instantiate_classes(self) -> None:
-        # A constructor's ValueError is a config value that cannot be used: one line, exit 2 (issue 20).
+        # A constructor's ValueError is a config value that cannot be used: one line, exit 2.
         try:
             super().instantiate_classes()
         except ConfigError:
@@ -191,7 +191,7 @@ class SUNCLI(LightningCLI):
             # Said once the run starts (before_fit), so that a refused config prints its one error line alone.
             config.trainer.precision, self.precision_line = precision.choose(config.trainer.get("accelerator"),
                                                                              config.trainer.get("precision"))
-        # The run's name, <env>-<method>-seed<k> (issue 19), also names its checkpoint folder, so that a later
+        # The run's name, <env>-<method>-seed<k>, also names its checkpoint folder, so that a later
         # ``--ckpt_path last`` finds it (Lightning resolves ``last`` before any callback's setup).
         # (LightningCLI has resolved ``seed_everything: true`` to the drawn seed by now.)
         env_id, seed = config.data.env_id, config.data.get("seed")
@@ -207,7 +207,7 @@ class SUNCLI(LightningCLI):
             if version and not config.get("ckpt_path"):
                 self.folder_line = (f"note: {base} holds an earlier run's checkpoints; this run writes its own to "
                                     f"{config.checkpoint.dirpath}")
-        # Every value against its constructor's annotated domain, before anything is built (issue 29).
+        # Every value against its constructor's annotated domain, before anything is built.
         check_config(config, {"model": None, "data": ExplorationDataModule, "checkpoint": FrameCheckpoint,
                               "metrics": ExplorationLogger, "results": ResultsLogger, "progress": FrameProgressBar})
         if self.subcommand == "fit" and config.get("ckpt_path"):
@@ -320,7 +320,7 @@ def _choose_folder(config: Namespace, base: str | Path) -> int:
 
 def _check_checkpoint(config: Namespace, seed: int | None, method: str) -> None:
     """Verify the checkpoint ``--ckpt_path`` names (``last``: the newest intact one of the run, with a note where
-    that is not ``last.ckpt``) and refuse one another run wrote, before anything is built (issue 29)."""
+    that is not ``last.ckpt``) and refuse one another run wrote, before anything is built."""
     folder = config.checkpoint.get("dirpath") if config.get("checkpoint") is not None else None
     path, run, note = resolve_checkpoint(str(config.ckpt_path), folder)
     if note:

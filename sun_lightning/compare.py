@@ -1,4 +1,4 @@
-"""Runs the paper's comparison or its whole study: configs × methods × seeds, then reports (SPEC §7; issue 28).
+"""Runs the paper's comparison or its whole study: configs × methods × seeds, then reports (SPEC §7).
 
 Usage::
 

@@ -76,7 +76,7 @@ class ExplorationDataModule(pl.LightningDataModule):
             ``G`` terminal, one line per row, tiles separated by spaces), checked and registered under ``env_id``
             (:func:`~sun_lightning.envs.gridworlds.parse_layout`: 4 actions, horizon 200, ``G`` ends an episode
             on entry); ``None``: ``env_id`` is an environment of the package.
-        goal: the goal space of ``env_id`` as any id :func:`gymnasium.make` knows (issue 30,
+        goal: the goal space of ``env_id`` as any id :func:`gymnasium.make` knows (
             :class:`~sun_lightning.envs.custom.GoalConfig`, docs/custom-envs.md); ``None``: a registered id.
         env_package: a module imported first (your package's ``gymnasium.register`` calls).
         vector: with ``goal``, gymnasium's ``sync`` (in-process) or ``async`` (a process per env) vector env.
@@ -103,8 +103,8 @@ class ExplorationDataModule(pl.LightningDataModule):
         vector: Literal["sync", "async"] = "sync",
     ) -> None:
         super().__init__()
-        self.custom = custom_env(env_id, goal, env_package, vector)  # checked, its goal space recorded (issue 30)
-        check_arguments(ExplorationDataModule, locals(), "data.")  # the annotated domains (issue 29)
+        self.custom = custom_env(env_id, goal, env_package, vector)  # checked, its goal space recorded
+        check_arguments(ExplorationDataModule, locals(), "data.")  # the annotated domains
         if layout is not None:
             register_layout(env_id, layout)  # a map that cannot work fails here, naming the problem
         self.goal_space = goal_space(env_id)  # fails fast on an unknown id
@@ -145,7 +145,7 @@ class ExplorationDataModule(pl.LightningDataModule):
         learner: Learner = self.trainer.lightning_module
         self.learner, space = learner, self.goal_space
         self.sampler = learner.make_sampler()
-        # Under DDP (issue 21) D and its pseudocounts hold every rank's envs (sun_lightning.distributed): the
+        # Under DDP D and its pseudocounts hold every rank's envs (sun_lightning.distributed): the
         # storage interleaves world_size × num_envs streams, rank r's envs at columns r·num_envs onwards.
         self.rank, self.world_size = self.trainer.global_rank, self.trainer.world_size
         streams = self.num_envs * self.world_size

@@ -1,4 +1,4 @@
-"""One exploration state across the processes of a data-parallel run (Lightning's DDP strategy, issue 21).
+"""One exploration state across the processes of a data-parallel run (Lightning's DDP strategy).
 
 Under DDP every rank steps its own vector envs and trains the same networks (DDP averages the gradients).
 Exploration must still be that of one agent: SUN's pseudocounts (SPEC §4) are global counts, or each

@@ -1,4 +1,4 @@
-"""Hyperparameter domains, read from the constructors' signatures (issue 29).
+"""Hyperparameter domains, read from the constructors' signatures.
 
 A constructor argument annotated ``Annotated[float, OPEN_UNIT]`` (or one of the aliases below)
 declares its domain where it is defined; :func:`check_arguments` and :func:`check_config` read the

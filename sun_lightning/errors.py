@@ -1,4 +1,4 @@
-"""Errors a user can fix, and their one-line report on the command line (issue 20).
+"""Errors a user can fix, and their one-line report on the command line.
 
 A wrong value in a config or on the command line is not a bug of the program: it gets one line that
 names the key and the bad value and says what to do, no traceback, and exit code 2 (argparse's code

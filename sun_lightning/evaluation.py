@@ -1,4 +1,4 @@
-"""Goal-reaching evaluation (issue 27): can the goal-conditioned policy reach goals at all?
+"""Goal-reaching evaluation: can the goal-conditioned policy reach goals at all?
 
 As JaxGCRL and DISCOVER report it: from the environment's start states, the deterministic policy (the
 actor without noise for the TD3 variant, greedy on Q for the DQN variant; no goal reselection) pursues

@@ -1,4 +1,4 @@
-"""The run that wrote a checkpoint, checked against the command that loads it (issue 29).
+"""The run that wrote a checkpoint, checked against the command that loads it.
 
 Every checkpoint records its writing run (:func:`run_identity`): environment, learner, method, seed,
 env frames, ``num_envs`` and ``layout`` (the shapes of the saved environments) and the learner's
@@ -8,7 +8,7 @@ checkpoint of another run in one line naming the keys that differ (:func:`check_
 on resume: ``data.total_frames``, ``data.capacity`` and the trainer, metrics, checkpoint and results
 settings.
 
-Formats: 1, the checkpoints before issue 29 (no format field, no sidecar: their learner and
+Formats: 1, the checkpoints before identities were recorded (no format field, no sidecar: their learner and
 hyperparameters are read from the file itself, their environment is not known); 2, with
 :data:`FORMAT_KEY` and :data:`RUN_KEY`. :func:`migrate` brings a format-1 checkpoint to format 2.
 """

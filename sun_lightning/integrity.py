@@ -1,4 +1,4 @@
-"""Checkpoints verified when written and when read (issue 29).
+"""Checkpoints verified when written and when read.
 
 Each checkpoint ``<name>.ckpt`` has a sidecar ``<name>.ckpt.json`` that records the size and SHA-256 of
 the bytes that were written (read back from disk after the write) and the run that wrote them

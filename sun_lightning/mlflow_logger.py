@@ -1,4 +1,4 @@
-"""An MLflow logger that a failing store does not stop (issue 20, "Fit like a finished tool").
+"""An MLflow logger that a failing store does not stop.
 
 Lightning's :class:`~lightning.pytorch.loggers.MLFlowLogger` raises whatever its store raises, so a store that
 becomes unwritable mid-run (permissions, a full disk, a sqlite file locked for longer than its 20 s busy
@@ -164,7 +164,7 @@ class SUNMLFlowLogger(MLFlowLogger):
         for key, value in values.items():
             self._history.setdefault(key, {})[step] = value
         # A run resumed from a checkpoint logs again the steps between that checkpoint and the crash (with the
-        # same values: the resume is exact); each step reaches the store once (issue 29).
+        # same values: the resume is exact); each step reaches the store once.
         stored = self._stored_steps()
         values = {key: value for key, value in values.items() if step not in stored.get(key, ())}
         if values:

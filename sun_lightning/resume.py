@@ -1,4 +1,4 @@
-"""What a checkpoint holds of exploration, so that ``--ckpt_path last`` continues a run exactly (issue 20).
+"""What a checkpoint holds of exploration, so that ``--ckpt_path last`` continues a run exactly.
 
 Lightning saves the learner (networks, targets, optimizers, counters); this module gives the
 DataModule's part: the replay entries and their pseudocounts, each env's goal and selection

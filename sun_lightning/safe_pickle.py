@@ -1,4 +1,4 @@
-"""Unpickling of a checkpoint's state blobs with an allow-list (issue 29: checkpoints are code).
+"""Unpickling of a checkpoint's state blobs with an allow-list (checkpoints are code).
 
 A checkpoint is loaded with ``torch.load(weights_only=True)`` (Lightning's default on torch ≥ 2.6):
 tensors, plain containers and numbers only. The exploration state inside it keeps a few objects as

@@ -1,5 +1,5 @@
 """Experiment tracking with the embedded MLflow store: where it lives, what a run is called and tagged,
-which params it gets, and the parent run of a comparison (issue 19, "Results a researcher can look at").
+which params it gets, and the parent run of a comparison.
 
 A ``fit`` run is named ``<env>-<method>-seed<k>`` (e.g. ``FourRoomStuck-sun-seed0``) and tagged
 ``env``, ``env_id``, ``method``, ``seed``, ``git_commit`` and ``hardware``; its params are the resolved config,

@@ -1,4 +1,4 @@
-"""SUN on AntMaze-S explores beyond Random at the config's budget (issue 18; ~30 min per run on 2 CPU cores)."""
+"""SUN on AntMaze-S explores beyond Random at the config's budget (~30 min per run on 2 CPU cores)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The paper's count ablations (issue 28): true counts of 50-bin cells (``data.counts: binned``) against a
+"""The paper's count ablations: true counts of 50-bin cells (``data.counts: binned``) against a
 brute-force histogram, and ``data.rho`` reaching the radius pseudocount."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Checkpoints a user can trust (issue 29): verified when written and read, the fallback of ``--ckpt_path last``,
+"""Checkpoints a user can trust: verified when written and read, the fallback of ``--ckpt_path last``,
 mismatched checkpoints refused, every hyperparameter checked against its annotated domain, YAML errors with their
 place, and checkpoints loaded with an allow-list. Each row of the issue's table is one line and exit code 2 (or the
 fallback with its one-line note), and leaves the checkpoints and the MLflow store as they were."""
@@ -328,7 +328,7 @@ def test_a_damaged_last_and_a_format_1_checkpoint_resume_to_the_uninterrupted_me
     legacy = tmp_path / "old" / "run.ckpt"
     legacy.parent.mkdir()
     state = torch.load(frames[-3], weights_only=False, map_location="cpu")
-    del state[FORMAT_KEY], state[RUN_KEY]  # as written before issue 29, and without a record beside it
+    del state[FORMAT_KEY], state[RUN_KEY]  # as written before identities were recorded, and without a record beside it
     torch.save(state, legacy)
 
     _cut(folder / "last.ckpt")

@@ -183,7 +183,7 @@ def test_ensembles_follow_the_configs_learner(method, config, tmp_path, monkeypa
 
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_every_method_trains_on_point_maze_s(method, tmp_path, monkeypatch):
-    """Every method of the paper runs on the TD3 variant too (issue 17), at a tiny budget."""
+    """Every method of the paper runs on the TD3 variant too, at a tiny budget."""
     monkeypatch.chdir(tmp_path)
     config = ROOT / "conf/point_maze_s.yaml"
     cli = main(["fit", "--config", str(config), *method_args(method, config), "--data.total_frames", "1064",

@@ -1,4 +1,4 @@
-"""The loop on a CUDA device (issue 16): skipped where no GPU is present."""
+"""The loop on a CUDA device: skipped where no GPU is present."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_dqn_variant_trains_on_cuda(config, tmp_path, monkeypatch):
                                      ("sun_lightning.learners.ensemble_td3.EnsembleTD3SVF",
                                       "--data.selector", "sun_lightning.goals.discover.DISCOVERTD3")])
 def test_td3_variant_trains_on_cuda_in_bf16_without_host_syncs(learner, tmp_path, monkeypatch):
-    """On CUDA the TD3 update takes the padded paths and reads nothing back to the host (issue 26)."""
+    """On CUDA the TD3 update takes the padded paths and reads nothing back to the host."""
     monkeypatch.chdir(tmp_path)
     cli = main(["fit", "--config", str(ROOT / "conf" / "point_maze_s.yaml"), "--model", *learner,
                 "--data.total_frames", "1200", "--data.warmup_frames", "1000", "--data.num_envs", "4",

@@ -1,4 +1,4 @@
-"""A researcher's own environment (issue 30): any id gymnasium knows, its goal space in ``data.goal``; the two worked
+"""A researcher's own environment: any id gymnasium knows, its goal space in ``data.goal``; the two worked
 examples of docs/custom-envs.md fit and log coverage over the configured bounds, the goal projection is the hand
 computation, each bad input is one line with exit 2, and a goal-dict env trains with its ``achieved_goal``."""
 

@@ -1,4 +1,4 @@
-"""Data-parallel training with Lightning's DDP strategy (issue 21): 2 CPU processes on gloo train one agent.
+"""Data-parallel training with Lightning's DDP strategy: 2 CPU processes on gloo train one agent.
 
 Each rank steps its own envs; every step is all-gathered, so all ranks hold the same D and pseudocounts,
 equal to a single-process index fed the gathered transitions in rank order; DDP keeps the networks equal;
@@ -54,7 +54,7 @@ def _fit(cwd: Path, probe: str, command: list[str], timeout: float = 600) -> lis
 
 
 def _assert_one_agent(ranks: list[dict], env_id: str, total: int) -> None:
-    """The checks of issue 21: same networks, same D and counts everywhere, counts = a single-process index."""
+    """The DDP checks: same networks, same D and counts everywhere, counts = a single-process index."""
     assert [state["rank"] for state in ranks] == [0, 1]
     zero, one = ranks
     assert zero["frames"] == one["frames"] >= total  # frames of the whole job

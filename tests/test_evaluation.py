@@ -1,4 +1,4 @@
-"""The goal-reaching evaluation (issue 27): its goal sets, what it measures, and that training does not see it."""
+"""The goal-reaching evaluation: its goal sets, what it measures, and that training does not see it."""
 
 from __future__ import annotations
 

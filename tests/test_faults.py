@@ -1,4 +1,4 @@
-"""Faults end a run cleanly (issue 20): a NaN loss stops it with a message and a checkpoint of the last good
+"""Faults end a run cleanly: a NaN loss stops it with a message and a checkpoint of the last good
 state; Ctrl-C stops it with a checkpoint and the MLflow run marked KILLED."""
 
 from __future__ import annotations

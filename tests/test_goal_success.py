@@ -1,4 +1,4 @@
-"""``explore/goals/success`` counts every goal once, when it ends (issue 27 part 5): reached, replaced, or its episode
+"""``explore/goals/success`` counts every goal once, when it ends: reached, replaced, or its episode
 ended; so the rate lies in [0, 1] for every selection rule, whatever the logging windows."""
 
 from __future__ import annotations

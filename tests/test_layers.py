@@ -1,4 +1,4 @@
-"""Imports run one way (issue 16, SPEC §9): envs → replay → goals → learners → data, callbacks, cli.
+"""Imports run one way (SPEC §9): envs → replay → goals → learners → data, callbacks, cli.
 
 The pure parts (keys, losses, networks, metrics' maths, native kernels) import none of the layers above them.
 """

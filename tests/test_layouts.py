@@ -1,4 +1,4 @@
-"""Gridworlds from a layout string (issue 20, a public extension point): ``data.layout`` in a config gives the
+"""Gridworlds from a layout string (a public extension point): ``data.layout`` in a config gives the
 gridworld of that map under ``data.env_id``; a map that cannot work is one error naming the problem."""
 
 from __future__ import annotations

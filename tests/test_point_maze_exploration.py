@@ -1,4 +1,4 @@
-"""SUN on PointMaze-S explores beyond Random at the config's budget (issue 17; ~10 min per seed on 2 CPU cores)."""
+"""SUN on PointMaze-S explores beyond Random at the config's budget (~10 min per seed on 2 CPU cores)."""
 
 from __future__ import annotations
 

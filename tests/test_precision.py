@@ -1,4 +1,4 @@
-"""bf16 mixed precision through Lightning's switch (issue 26): the TD3 update in bf16 against float32,
+"""bf16 mixed precision through Lightning's switch: the TD3 update in bf16 against float32,
 float32 targets and optimizer state, the precision choice, and a fit of each learner in bf16-mixed."""
 
 from __future__ import annotations

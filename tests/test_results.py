@@ -1,4 +1,4 @@
-"""Results a researcher can look at (issue 19): AUC, relative improvement, report tables, heatmap geometry and maps."""
+"""Results a researcher can look at: AUC, relative improvement, report tables, heatmap geometry and maps."""
 
 from __future__ import annotations
 
@@ -187,7 +187,7 @@ def test_a_snapshot_survives_its_file(tmp_path):
     assert (back.visits == snapshot.visits).all() and back.scores is None and (back.values == 0.5).all()
 
 
-# ---- maze walls and the evaluation's success map (issue 27) ---------------------------------------------------------
+# ---- maze walls and the evaluation's success map ---------------------------------------------------------
 def _inside(rects, points: np.ndarray) -> np.ndarray:
     """``[N]`` whether each (x, y) lies inside one of the rectangles (x0, y0, w, h)."""
     r = np.array(rects)

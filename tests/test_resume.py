@@ -1,4 +1,4 @@
-"""Exact resume (issue 20): a run killed with SIGKILL after a checkpoint and resumed from ``last`` ends with the
+"""Exact resume: a run killed with SIGKILL after a checkpoint and resumed from ``last`` ends with the
 metrics of the run that was never interrupted, bit for bit; checkpoints are named by env frames and written
 atomically."""
 

@@ -1,4 +1,4 @@
-"""The unattended soak of issue 29 (``bench/soak.py``): ThreeRoom and PointMaze-S fits killed with SIGKILL 20 times at
+"""The unattended soak (``bench/soak.py``): ThreeRoom and PointMaze-S fits killed with SIGKILL 20 times at
 random moments (every other one while a checkpoint is being written) and resumed with ``--ckpt_path last`` end with
 the uninterrupted run's metrics, every checkpoint intact, one FINISHED MLflow run with each metric step once, and a
 flat memory footprint (each launch killed while writing a checkpoint within 10 % of the uninterrupted run's RSS at

@@ -1,4 +1,4 @@
-"""The paper's study as one command (issue 28): several environments, grid variants, budget scaling, the report
+"""The paper's study as one command: several environments, grid variants, budget scaling, the report
 across environments, resuming, and Ray (a local cluster, a killed worker)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tidy tracking (issue 19): run names and tags, one param per hyperparameter, and the run's pictures in MLflow."""
+"""Tidy tracking: run names and tags, one param per hyperparameter, and the run's pictures in MLflow."""
 
 from __future__ import annotations
 

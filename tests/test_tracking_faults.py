@@ -1,4 +1,4 @@
-"""A failing MLflow store does not stop training (issue 20): an unwritable store warns once and the run completes,
+"""A failing MLflow store does not stop training: an unwritable store warns once and the run completes,
 keeping what it could not log; an unreachable tracking server fails at once, in one line.
 
 The end-to-end test breaks the sqlite store mid-run by putting a folder where sqlite writes its rollback journal:
@@ -172,7 +172,7 @@ def test_a_store_that_cannot_be_used_at_start_is_a_one_line_error(tmp_path):
 
 
 def test_a_run_killed_while_mlflow_creates_the_store_leaves_it_creatable(tmp_path):
-    """SIGKILL in the middle of MLflow's schema migration of a fresh store (found by the soak, issue 29): the next
+    """SIGKILL in the middle of MLflow's schema migration of a fresh store (found by the soak): the next
     launch creates the store and its experiment, instead of failing on MLflow's half-migrated tables forever."""
     database = tmp_path / "mlruns" / "mlflow.db"
     code = (f"from sun_lightning.tracking import prepare_store; prepare_store('sqlite:///{database}', 'sun_lightning')")

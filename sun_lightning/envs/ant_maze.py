@@ -122,7 +122,7 @@ def cell_centres(name: str) -> np.ndarray:
 
 
 def eval_goals(name: str) -> EvalGoals:
-    """The evaluation goals of maze ``name``: every free cell's centre, torso (x, y) (issue 27)."""
+    """The evaluation goals of maze ``name``: every free cell's centre, torso (x, y)."""
     centres = cell_centres(name)[~maze_wall(name)]
     return EvalGoals(torch.tensor(centres, dtype=torch.float32))
 

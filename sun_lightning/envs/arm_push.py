@@ -97,7 +97,7 @@ METRIC_HIGH = (1.0, 1.0)
 RHO = 0.01
 REACH = 0.1
 
-# Evaluation goals (issue 27): cube positions on a 0.15 m grid within the arm's pushing reach: 0.3–0.85 m from
+# Evaluation goals: cube positions on a 0.15 m grid within the arm's pushing reach: 0.3–0.85 m from
 # the base (inside 0.3 m the links stand) and joint 1's baseline range of base angles, 20°–160°.
 EVAL_STEP, EVAL_RADIUS, EVAL_ANGLE = 0.15, (0.3, 0.85), (20.0, 160.0)
 

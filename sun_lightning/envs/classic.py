@@ -233,7 +233,7 @@ def _lander_xy(full: bool) -> torch.Tensor:
     return torch.cat([xy, torch.zeros(len(xy), 6)], 1) if full else xy
 
 
-#: name -> the goal projections of its evaluation goals (issue 27): a grid over the goal bounds (angles for the
+#: name -> the goal projections of its evaluation goals: a grid over the goal bounds (angles for the
 #: angle features, so that every goal is a state the pendulum or acrobot has), each paired with every goal action.
 _EVAL_GRIDS: dict[str, Any] = {
     "MountainCar-v0": lambda: grid_points(linspace_axes((-1.2, -0.07), (0.6, 0.07), (5, 5))),

@@ -1,5 +1,5 @@
 """A researcher's own environment: any id :func:`gymnasium.make` knows, with its goal space given in the config
-(issue 30; SPEC §2, §4, §6).
+(SPEC §2, §4, §6).
 
 ``data.goal`` (:class:`GoalConfig`) says what SPEC §6's table says for the package's own environments: the goal
 projection g_s (observation entries, or a key of a goal dict such as ``achieved_goal``), its bounds, the reach rule

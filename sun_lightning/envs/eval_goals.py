@@ -1,4 +1,4 @@
-"""The fixed evaluation goals of each environment (issue 27; the goal-reaching evaluation of JaxGCRL and DISCOVER).
+"""The fixed evaluation goals of each environment (the goal-reaching evaluation of JaxGCRL and DISCOVER).
 
 A goal-reaching evaluation pursues the same goals at every evaluation, from the environment's start
 states, so that its success rate is a curve over training. Which goals those are is a fact of the

@@ -562,7 +562,7 @@ def _register(env_id: str, key: str) -> None:
 
 def eval_goals(key: str) -> EvalGoals:
     """The evaluation goals of gridworld ``LAYOUTS[key]``: every tile where an action can be taken × every goal
-    action (issue 27)."""
+    action."""
     layout = LAYOUTS[key]
     tiles = torch.tensor(layout.coverable)
     return with_actions(torch.eye(layout.num_tiles)[tiles], layout.num_actions)

@@ -211,7 +211,7 @@ def free_cell_centres(name: str) -> np.ndarray:
 
 
 def eval_goals(name: str) -> EvalGoals:
-    """The evaluation goals of maze ``name``: every free cell's centre (issue 27)."""
+    """The evaluation goals of maze ``name``: every free cell's centre."""
     return EvalGoals(torch.from_numpy(free_cell_centres(name)))
 
 

@@ -1,4 +1,4 @@
-"""A vector environment's whole state as bytes, for checkpoints that resume exactly (issue 20).
+"""A vector environment's whole state as bytes, for checkpoints that resume exactly.
 
 The package's own vector envs (gridworlds, point mazes) and gymnasium's ``SyncVectorEnv`` over
 classic-control envs are plain Python and numpy (or torch) objects: their attributes pickle, RNGs and

@@ -81,7 +81,7 @@ class GoalSelectionTransform(Transform):
 
     # ---- checkpoints ----------------------------------------------------------------------
     def exploration_state(self) -> dict:
-        """Each env's goal and its selection-time bookkeeping, for an exact resume (issue 20)."""
+        """Each env's goal and its selection-time bookkeeping, for an exact resume."""
         state = {name: getattr(self, name).clone() for name in _STATE}
         state["flags"] = {name: flag.clone() for name, flag in self.flags.items()}
         state["action_values"] = None if self.action_values is None else self.action_values.clone()

@@ -99,7 +99,7 @@ class Learner(pl.LightningModule):
         super().__init__()
         if goal_space is None:
             raise ValueError("goal_space is required (the CLI links it from data.env_id)")
-        # Every subclass constructor's arguments against their annotated domains (issue 29), read from the
+        # Every subclass constructor's arguments against their annotated domains, read from the
         # calling frames as save_hyperparameters reads them: no learner keeps a list of its own checks.
         arguments: dict = {}
         for level in collect_init_args(inspect.currentframe().f_back, []):

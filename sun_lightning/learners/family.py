@@ -1,4 +1,4 @@
-"""Which learner family an environment's actions need (issue 30): the DQN variant learns discrete actions
+"""Which learner family an environment's actions need: the DQN variant learns discrete actions
 (SPEC §5a), the TD3 variant a Box (SPEC §5b). A mismatch is one line naming the learner to use."""
 
 from __future__ import annotations

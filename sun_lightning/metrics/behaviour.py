@@ -2,7 +2,7 @@
 and how saturated its actions are.
 
 Coverage says where D has been; these say why it has not been further, the signals of a diagnosis where a
-method loses (issue 27). An episode's *reach* is the farthest its goal coordinates got from where the episode
+method loses. An episode's *reach* is the farthest its goal coordinates got from where the episode
 started (an ant that flails in place reaches ≈ 2 units in a maze of 5-unit cells; a cube that is never pushed,
 0). *Unmoved* steps leave the goal coordinates where they were: a kinematic point's or a gridworld agent's move
 into a wall is refused, so a policy that pursues goals behind walls shows here. *Saturation* is the fraction of continuous action components at a bound of [−1, 1] (the actor's tanh

@@ -71,7 +71,7 @@ class FutureGoalSampler:
             keys.PATH_NEXT_OBS: steps[keys.NEXT_OBS], keys.PATH_TERMINATED: steps[keys.TERMINATED],
             keys.PATH_VALID: torch.arange(h, device=device) < cut.unsqueeze(-1),
         }, batch_size=[k, n], device=device)
-        if space.reach == "radius":  # the learner's reach rule standardizes by the pseudocount's σ̃ (issue 30)
+        if space.reach == "radius":  # the learner's reach rule standardizes by the pseudocount's σ̃
             if scale is None:
                 raise ValueError("the 'radius' reach rule needs the pseudocount's standardization scale")
             out[keys.GOAL_SCALE] = scale.to(device=device, dtype=goal.dtype).expand(k, n, space.goal_dim)

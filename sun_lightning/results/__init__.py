@@ -1,4 +1,4 @@
-"""Results a researcher can look at (issue 19): heatmaps, curves and the comparison report (SPEC §7).
+"""Results a researcher can look at: heatmaps, curves and the comparison report (SPEC §7).
 
 One concept per module:
 
@@ -10,7 +10,7 @@ One concept per module:
 - :mod:`~sun_lightning.results.relative`: the paper's relative AUC improvement;
 - :mod:`~sun_lightning.results.runs`: finished runs read back from MLflow;
 - :mod:`~sun_lightning.results.report`: the comparison report of one environment (Markdown, CSV, PNG);
-- :mod:`~sun_lightning.results.study`: the study report across environments (issue 28).
+- :mod:`~sun_lightning.results.study`: the study report across environments.
 
 The Lightning side is :class:`callbacks.results.ResultsLogger`; the comparison and study runner is
 :mod:`sun_lightning.compare` (launchers in :mod:`sun_lightning.study`).

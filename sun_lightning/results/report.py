@@ -38,7 +38,7 @@ from sun_lightning.tracking import env_name
 COVERAGE, ENTROPY = "explore/visits/coverage", "explore/visits/entropy"
 KNN, SUCCESS = "explore/visits/knn_entropy", "explore/goals/success"
 EVAL_SUCCESS = "eval/success"
-#: What a run did in its last logging window, for a diagnosis where a method loses (issue 27): how far the
+#: What a run did in its last logging window, for a diagnosis where a method loses: how far the
 #: goal-conditioned policy gets from the evaluation goals, how long its own goals take, how often it reselects.
 SIGNALS = {"explore/episodes/reach": "episode reach", "explore/actions/unmoved": "unmoved steps",
            "explore/actions/saturation": "action saturation",

@@ -1,4 +1,4 @@
-"""The study report across environments (issue 28): the paper's summary of a whole study (SPEC §7).
+"""The study report across environments: the paper's summary of a whole study (SPEC §7).
 
 Written by :mod:`sun_lightning.compare` when a study has more than one environment, beside each
 environment's own report (:mod:`~sun_lightning.results.report`, in ``<results>/<Env>/``):

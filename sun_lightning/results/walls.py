@@ -1,4 +1,4 @@
-"""Maze walls in the goal plane, for drawing under the heatmaps of the point and ant mazes (issue 27; the paper's figures).
+"""Maze walls in the goal plane, for drawing under the heatmaps of the point and ant mazes (the paper's figures).
 
 A heatmap of a continuous goal space is drawn over its first two goal dimensions
 (:class:`~sun_lightning.results.goal_grid.GoalGrid`); in the mazes those are positions, so the map's wall cells

@@ -1,4 +1,4 @@
-"""The paper's study as one command (issue 28): every environment, method and seed, on one machine or on a
+"""The paper's study as one command: every environment, method and seed, on one machine or on a
 Ray cluster, into one MLflow experiment and one study report.
 
 One concept per module:

@@ -1,4 +1,4 @@
-"""Which runs a study has, and the ``fit`` command of one (issue 28; SPEC §7).
+"""Which runs a study has, and the ``fit`` command of one (SPEC §7).
 
 A study is configs × methods × seeds. A method is a name of :data:`~sun_lightning.methods.METHODS` or a
 grid variant: ``--grid data.rho=0.01,0.1,0.5`` adds the methods ``rho=0.01``, ``rho=0.1`` and
