@@ -9,7 +9,7 @@
  * as the network's own non-matrix work; here they are one call.  The
  * maths is DQNSVF.td_targets + F.huber_loss (the reference, which tests compare with this).
  *
- * Built in one library with _rows.c and _watkins.c (sun_lightning/networks/rows.py).
+ * Built in one library with _rows.c and _watkins.c (sun_lightning/native/__init__.py builds it, q_loss.py calls it).
  */
 #include <stdint.h>
 #include <string.h>

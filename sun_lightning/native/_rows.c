@@ -16,13 +16,12 @@
  * to blends instead of branches on random signs; the summation order is fixed by hand.
  * Index arrays are int64; NULL means the identity (row r reads table row r).
  *
- * Threads: built with -fopenmp where PyTorch's own parallel backend is OpenMP (rows.py), so the
+ * Threads: built with -fopenmp where PyTorch's own parallel backend is OpenMP (sun_lightning/native/__init__.py), so the
  * loops below run on PyTorch's already-running OpenMP threads (the process has one libgomp) and
  * omp_get_max_threads() is torch.get_num_threads().  Blocks and their sums are fixed by the row
  * count, not the thread count, so every result is the same whatever the thread count.  Without
  * -fopenmp the pragmas are ignored and the same code runs serially.
  */
-#define _POSIX_C_SOURCE 199309L  /* clock_gettime under -std=c99 */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,7 +229,7 @@ static inline void dropout_row(int64_t r, int64_t W, uint32_t k0, uint32_t k1, i
     }
 }
 
-void branch_forward(int64_t R, int64_t W, const float *h_in, const float *ln_w, float eps,
+static void branch_forward(int64_t R, int64_t W, const float *h_in, const float *ln_w, float eps,
                     uint64_t seed, int threshold, float keep_scale, float *restrict out,
                     float *restrict xhat, float *restrict rstd) {
     const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
@@ -251,7 +250,7 @@ void branch_forward(int64_t R, int64_t W, const float *h_in, const float *ln_w, 
 
 /* Backward of branch_forward: grad_h [R, W] and grad_w[u] += Σ_r (dL/d(LN out)) · xhat (per
  * chunk of rows, chunks added in order).  Returns 0, or -1 (out of memory). */
-int branch_backward(int64_t R, int64_t W, const float *grad_out, const float *xhat,
+static int branch_backward(int64_t R, int64_t W, const float *grad_out, const float *xhat,
                     const float *rstd, const float *ln_w, uint64_t seed, int threshold,
                     float keep_scale, float *restrict grad_h, float *restrict grad_w) {
     const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
@@ -279,23 +278,12 @@ int branch_backward(int64_t R, int64_t W, const float *grad_out, const float *xh
     return 0;
 }
 
-/* The dropout mask branch_forward applies (for tests and inspection). */
-void branch_dropout_mask(int64_t R, int64_t W, uint64_t seed, int threshold, float keep_scale,
-                         float *restrict out) {
-    const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    for (int64_t r = 0; r < R; ++r) dropout_row(r, W, k0, k1, threshold, keep_scale, out + r * W);
-}
-
 /* ---- the whole network in one call: forward and backward over the kernels above -------------
  * The matrix products go to the BLAS sgemm_ that PyTorch itself calls for torch.mm on CPU (MKL in
- * the official wheels), found in the already loaded libtorch_cpu by rows.py and handed over with
+ * the official wheels), found in the already loaded libtorch_cpu by q_loss.py and handed over with
  * rows_set_gemm (with MKL's MKL_Set_Num_Threads_Local, so that a block's products run on its own
  * thread).  One call per forward or backward replaces ~30 Python-dispatched ops and kernel calls
- * each.  Time spent inside sgemm_ is accumulated for the benchmark (rows_gemm_time; the blocks'
- * products, timed on each thread, count their thread-seconds over the threads that ran them), and
- * the shapes of the products (whole, not per block) can be recorded so that a benchmark can
- * replay them through torch.mm. */
-#include <time.h>
+ * each. */
 
 typedef void (*sgemm_fn)(const char *, const char *, const int *, const int *, const int *,
                          const float *, const float *, const int *, const float *, const int *,
@@ -303,50 +291,15 @@ typedef void (*sgemm_fn)(const char *, const char *, const int *, const int *, c
 typedef int (*local_threads_fn)(int);
 static sgemm_fn gemm_ptr = NULL;
 static local_threads_fn local_threads = NULL;
-static double gemm_seconds = 0.0, block_seconds = 0.0;  /* wall; thread-seconds of the running blocks */
-static int64_t gemm_calls = 0;
-#define GEMM_LOG 64
-static int record_shapes = 0, gemm_logged = 0;
-static int64_t gemm_log[GEMM_LOG][5];  /* transa, transb, M, N, K (row-major terms) */
-
 void rows_set_gemm(void *fn, void *set_local_threads) {
     gemm_ptr = (sgemm_fn)fn;
     local_threads = (local_threads_fn)set_local_threads;
 }
 
-/* Seconds and calls of sgemm_ since the last reset; reset clears them (and the shape log). */
-void rows_gemm_time(double *seconds, int64_t *calls, int reset) {
-    *seconds = gemm_seconds;
-    *calls = gemm_calls;
-    if (reset) { gemm_seconds = 0.0; gemm_calls = 0; gemm_logged = 0; }
-}
-
-/* record: log the shapes of the following products (up to GEMM_LOG); returns the number logged. */
-int rows_gemm_log(int record, int64_t *out) {
-    record_shapes = record;
-    if (out) memcpy(out, gemm_log, sizeof(int64_t) * 5 * (size_t)gemm_logged);
-    return gemm_logged;
-}
-
-/* Log one product of the network (row-major op(A)[M, K] op(B)[K, N]), once however many calls run it. */
-static void log_shape(char ta, char tb, int64_t M, int64_t N, int64_t K) {
-    if (record_shapes && gemm_logged < GEMM_LOG && M > 0 && N > 0 && K > 0) {
-        int64_t *e = gemm_log[gemm_logged++];
-        e[0] = ta == 'T'; e[1] = tb == 'T'; e[2] = M; e[3] = N; e[4] = K;
-    }
-}
-
-static inline double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Row-major C[M, N] = alpha · op(A) op(B) + beta · C (op: 'N' or 'T'), as the column-major
- * product C^T = op(B)^T op(A)^T: the same flags with the operands swapped.  log: record the
- * shape here (products run whole); block products are logged whole by their caller. */
-static void gemm_call(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-                      int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc, int log) {
+ * product C^T = op(B)^T op(A)^T: the same flags with the operands swapped. */
+static void gemm(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                 int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     if (M == 0 || N == 0) return;
     if (K == 0) {  /* no product: C = beta · C */
         for (int64_t i = 0; i < M; ++i)
@@ -354,21 +307,9 @@ static void gemm_call(char ta, char tb, int64_t M, int64_t N, int64_t K, float a
         return;
     }
     const int m = (int)M, n = (int)N, k = (int)K, a = (int)lda, b = (int)ldb, c = (int)ldc;
-    if (log) log_shape(ta, tb, M, N, K);
-    const double t0 = now();
     gemm_ptr(&tb, &ta, &n, &m, &k, &alpha, B, &b, A, &a, &beta, C, &c);
-    const double dt = now() - t0;
-    if (log) {
-        gemm_seconds += dt;
-    } else {
-        #pragma omp atomic
-        block_seconds += dt;
-    }
-    #pragma omp atomic
-    gemm_calls += 1;
 }
-#define gemm(...) gemm_call(__VA_ARGS__, 1)
-#define block_gemm(...) gemm_call(__VA_ARGS__, 0)
+#define block_gemm gemm
 
 /* A thread's buffer for the blocks it runs, kept for the thread's life (torch's threads persist,
  * so their pages are touched once); NULL if it cannot grow. */
@@ -391,12 +332,10 @@ static float *block_buffer(size_t floats) {
 #ifdef _OPENMP
 #define FOR_BLOCKS(nb, body)                                                              \
     do {                                                                                  \
-        int threads_ = 1;                                                                 \
         if ((nb) > 1 && omp_get_max_threads() > 1) {                                      \
             _Pragma("omp parallel")                                                       \
             {                                                                             \
                 if (local_threads) local_threads(1);                                      \
-                _Pragma("omp single nowait") threads_ = omp_get_num_threads();            \
                 _Pragma("omp for schedule(static)")                                       \
                 for (int64_t b = 0; b < (nb); ++b) { body; }                              \
                 if (local_threads) local_threads(0);                                      \
@@ -404,21 +343,17 @@ static float *block_buffer(size_t floats) {
         } else {                                                                          \
             for (int64_t b = 0; b < (nb); ++b) { body; }                                  \
         }                                                                                 \
-        gemm_seconds += block_seconds / threads_;                                         \
-        block_seconds = 0.0;                                                              \
     } while (0)
 #else
 #define FOR_BLOCKS(nb, body)                                                              \
     do {                                                                                  \
         for (int64_t b = 0; b < (nb); ++b) { body; }                                      \
-        gemm_seconds += block_seconds;                                                    \
-        block_seconds = 0.0;                                                              \
     } while (0)
 #endif
 
 static inline int64_t blocks(int64_t R) { return (R + BLOCK - 1) / BLOCK; }
 
-/* Sizes of one evaluation (rows.py passes them as int64_t dims[9] in this order). */
+/* Sizes of one evaluation (q_loss.py passes them as int64_t dims[9] in this order). */
 typedef struct { int64_t US, UG, DS, DG, R, W, P, A2, A; } Dims;
 
 /* The forward's buffers, carved in this order from one float workspace: the tables' (branches,
@@ -439,7 +374,7 @@ static int64_t carve_saved(const Dims *d, float *ws, Saved *s) {
     TAKE(xh1, d->R * W); TAKE(rs1, d->R); TAKE(xh2, d->R * W); TAKE(rs2, d->R);
     if (s) s->win = (uint8_t *)p;
     p += (d->R * W + 3) / 4;
-    TAKE(out, d->R * d->A2);  /* last: rows.py reads it there */
+    TAKE(out, d->R * d->A2);  /* last: q_loss.py reads it there */
     return p - ws;
 }
 
@@ -536,7 +471,7 @@ static int block_forward(const Dims *d, const Params *w, const Saved *s, const i
 }
 
 /* Q of the rows (oi[r], gi[r]) of the encoded tables x_s [US, DS], x_g [UG, DG]: all of Q after
- * its encoders (rows.py's docstring has the maths).  Writes out [R, A2] into the workspace, or
+ * its encoders (the Q network of SPEC §5a).  Writes out [R, A2] into the workspace, or
  * only sel [R, A] = the column ga[r] of each row's A × A block when ga is given.  eps: the four
  * LayerNorms' eps; seeds / threshold / keep_scale: the branches' dropout; save: keep what the
  * backward needs.  Returns 0, -1 for a row index outside the tables (or no memory for a block
@@ -572,9 +507,6 @@ int q_net_forward(const int64_t *dims, const float *x_s, const float *x_g, const
      * tables, only the product's per row. */
     gemm('N', 'T', d->US, PW, W, 1.f, s.f_s, W, w->w_m, 3 * W, 0.f, s.pre_s, PW);
     gemm('N', 'T', d->UG, PW, W, 1.f, s.f_g, W, w->w_m + W, 3 * W, 0.f, s.pre_g, PW);
-    log_shape('N', 'T', R, PW, W);
-    log_shape('N', 'T', R, W, W);
-    log_shape('N', 'T', R, d->A2, W);
     const int64_t nb = blocks(R);
     int status = 0;
     FOR_BLOCKS(nb, if (block_forward(d, w, &s, oi, gi, ga, eps, slope, save, b, sel)) status = -1);
@@ -663,9 +595,6 @@ int q_net_backward(const int64_t *dims, const float *x_s, const float *x_g, cons
           *g_w2 = g_params + off[6], *g_ln2 = g_params + off[7], *g_w3 = g_params + off[8],
           *g_b3 = g_params + off[9];
     memset(g_params, 0, sizeof(float) * (size_t)off[10]);
-    log_shape('T', 'N', A2, W, R); log_shape('N', 'N', R, W, A2);
-    log_shape('T', 'N', W, W, R); log_shape('N', 'N', R, W, W);
-    log_shape('T', 'N', PW, W, R); log_shape('N', 'N', R, W, PW);
     const int64_t nb = blocks(R);
     int status = 0;
     FOR_BLOCKS(nb, if (block_backward(d, w, &s, &t, oi, gi, ga, slope, grad, b)) status = -1);
