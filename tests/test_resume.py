@@ -4,6 +4,7 @@ atomically."""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -110,3 +111,29 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     assert state["ExplorationDataModule"]["frames"] == first  # the first save, intact
     assert verify(last) == (None, state["sun_run"]) and verify(calls[0])[0] is None
     assert Path(calls[1] + ".part").exists() and not Path(calls[1]).exists()  # the interrupted write replaced nothing
+
+
+FIXTURE = ROOT / "tests" / "data" / "three_room_sun_800.ckpt.gz"
+
+
+def test_a_checkpoint_written_by_this_version_resumes(tmp_path, monkeypatch):
+    """A checkpoint kept from this version (ThreeRoom, SUN, 800 frames: ``tests/data``) resumes and continues: a
+    move of the modules whose classes it names must keep it loadable."""
+    import gzip
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "checkpoints" / "ThreeRoom-sun-seed0"
+    folder.mkdir(parents=True)
+    path = folder / "frames=000000800.ckpt"
+    with gzip.open(FIXTURE) as source, open(path, "wb") as target:
+        shutil.copyfileobj(source, target)
+    shutil.copy(FIXTURE.with_suffix("").with_suffix(".ckpt.json"), folder / "frames=000000800.ckpt.json")
+    saved = torch.load(path, weights_only=False, map_location="cpu")
+    args = _args("three_room.yaml", 1000, 600, 200, "--data.num_envs", "2", "--checkpoint.every_frames", "400")
+    cli = main([*args, "--ckpt_path", str(path)])
+    assert cli.datamodule.frames == 1000 and cli.model.updates == 400  # one update per frame after the warm-up
+    kept = saved["ExplorationDataModule"]
+    assert kept["frames"] == 800
+    final = _final(cli)
+    assert 0 < final["explore/visits/coverage"] <= 1 and math.isfinite(final["train/loss/td"])
