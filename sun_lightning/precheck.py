@@ -206,6 +206,8 @@ def check(argv: list[str]) -> None:
                 model_path = _accept(known, flat_key, value, values, model_path, from_file=True)
         elif not key or raw is None:
             return  # a positional token or a bare flag: the live parser's business
+        elif key.endswith("+"):
+            continue  # ``--trainer.callbacks+=X`` appends to a list: the live parser's business
         else:
             value = yaml.safe_load(raw) if raw.strip() else raw
             model_path = _accept(known, key, value, values, model_path, from_file=False, raw=raw)

@@ -1,5 +1,5 @@
 """Shared test set-up: the default run spreads the test files over the machine's cores (pytest-xdist,
-``-n auto --dist loadfile`` in pyproject.toml); each worker then gets its share of the cores for torch and for
+``-n auto --dist worksteal`` in pyproject.toml); each worker then gets its share of the cores for torch and for
 the fits its tests start as subprocesses, so that two workers do not fight over the same cores' threads."""
 
 from __future__ import annotations

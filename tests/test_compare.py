@@ -130,6 +130,7 @@ def test_a_small_comparison_runs_end_to_end_and_resumes(tmp_path):
     assert second.returncode == 0 and "started" not in second.stdout  # finished runs are not repeated
 
 
+@pytest.mark.slow  # 70 s: a runner and its fits, stopped and waited for
 def test_stopping_the_runner_stops_its_runs_with_checkpoints(tmp_path):
     """SIGTERM (as Ctrl-C) on the runner: both running runs save a checkpoint past their warm-up (200 frames) and stop, no run
     starts after it, the MLflow runs are KILLED (not FINISHED), and the runner exits 130 saying how to resume."""

@@ -92,6 +92,7 @@ def test_what_it_cannot_judge_is_left_to_the_live_parser():
     for argv in (["fit", "--help"], ["--config", THREE_ROOM, "fit"], ["fit", "--config", THREE_ROOM, "--print_config"],
                  ["fit", "--config", THREE_ROOM, "--data.selector.beta", "x"],
                  ["fit", "--config", THREE_ROOM, "--data.rho", "x"],  # a union type: jsonargparse words it
+                 ["fit", "--config", THREE_ROOM, "--trainer.callbacks+=x.Y"],  # appended to a list
                  ["fit", "--config", THREE_ROOM, "--data.selector", "sun_lightning.goals.RandomActions",
                   "--data.total_frames", "100"]):  # a rule that does not learn: no warm-up to outlast
         precheck.check(argv)

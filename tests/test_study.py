@@ -159,6 +159,7 @@ def _summary(path: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(open(path)))
 
 
+@pytest.mark.slow  # 80 s: a Ray cluster and two fits
 def test_ray_gives_the_report_of_local_processes(ray_cluster, tmp_path, monkeypatch):
     """One run per launcher (the default suite's share; the study of two configs, methods and seeds is below)."""
     monkeypatch.chdir(tmp_path)

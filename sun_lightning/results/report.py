@@ -45,6 +45,7 @@ SIGNALS = {"explore/episodes/reach": "episode reach", "explore/actions/unmoved":
            "eval/final_distance": "eval final distance", "eval/steps_to_goal": "eval steps to goal",
            "explore/goals/steps_to_goal": "steps to goal", "explore/goals/reselection_rate": "reselection rate",
            "explore/goals/rule_fired": "rule fired", "explore/goals/held_unmoved": "held unmoved",
+           "explore/goals/cutoff": "MEGA cutoff", "explore/goals/viable": "MEGA viable",
            "train/q/taken": "Q(s, a, g)"}
 
 #: The methods' names in tables and legends (keys of ``sun_lightning.methods.METHODS``; the README's names).
@@ -52,7 +53,7 @@ METHOD_LABELS = {"sun": "SUN adaptive", "sun_per_step": "SUN per-step", "sun_epi
                  "sun_additive": "SUN additive", "novelty_only": "novelty only",
                  "reachability_only": "reachability only", "discover": "DISCOVER",
                  "discover_raw": "DISCOVER (raw values)", "adagoal": "AdaGoal",
-                 "random": "Random"}
+                 "mega": "MEGA", "mega_pseudocount": "MEGA (pseudocount)", "random": "Random"}
 NA = "n/a"
 
 
