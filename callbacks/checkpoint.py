@@ -22,6 +22,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 
+from callbacks.schedule import EveryFrames
 from sun_lightning import integrity
 from sun_lightning.domains import AT_LEAST_ONE, check_arguments
 from sun_lightning.errors import NonFiniteLossError
@@ -67,7 +68,7 @@ class FrameCheckpoint(ModelCheckpoint):
         check_arguments(FrameCheckpoint.__init__, {"every_frames": every_frames, "keep": keep})
         super().__init__(dirpath=dirpath, save_top_k=0, save_last=False, enable_version_counter=False)
         self.every_frames, self.keep = every_frames, keep
-        self._next = every_frames
+        self._schedule = EveryFrames(every_frames)
         self._saved: list[str] = []
         self.interrupted = False  # set by Ctrl-C (SIGINT)
 
@@ -130,8 +131,7 @@ class FrameCheckpoint(ModelCheckpoint):
         if self._stop_now(trainer):
             self.save(trainer)
             trainer.should_stop = True
-        elif frames >= self._next:
-            self._next = (frames // self.every_frames + 1) * self.every_frames
+        elif self._schedule.tick(frames):
             self.save(trainer)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -203,10 +203,10 @@ class FrameCheckpoint(ModelCheckpoint):
     def state_dict(self) -> dict:
         state = super().state_dict()
         writing = getattr(self, "_writing", None)
-        state.update(next_frames=self._next, saved=[*self._saved, *([writing] if writing and writing not in self._saved else [])])
+        state.update(next_frames=self._schedule.next, saved=[*self._saved, *([writing] if writing and writing not in self._saved else [])])
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
         super().load_state_dict(state_dict)
-        self._next = state_dict.get("next_frames", self._next)
+        self._schedule.next = state_dict.get("next_frames", self._schedule.next)
         self._saved = list(state_dict.get("saved", []))

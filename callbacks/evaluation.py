@@ -11,6 +11,7 @@ import lightning.pytorch as pl
 import torch
 from gymnasium.vector import AutoresetMode
 
+from callbacks.schedule import EveryFrames
 from sun_lightning.envs.eval_goals import configured_eval_goals
 from sun_lightning.errors import ConfigError
 from sun_lightning.evaluation import SUCCESS, EvalResult, GoalEvaluator, policy_of
@@ -56,7 +57,7 @@ class GoalEvaluation(pl.Callback):
         self.latest: EvalResult | None = None
         self.latest_frames = -1  # the env frames of ``latest``
         self._evaluator: GoalEvaluator | None = None
-        self._next, self._last = self.every_frames, -1
+        self._schedule, self._last = EveryFrames(self.every_frames), -1
 
     @property
     def enabled(self) -> bool:
@@ -89,8 +90,8 @@ class GoalEvaluation(pl.Callback):
 
     def _on_frames(self, frames: int) -> None:
         # Also at the last frame, before the results' last snapshot (registered after this) draws the success map.
-        if frames >= self._next or (frames >= self._datamodule.total_frames and frames != self._last):
-            self._next = (frames // self.every_frames + 1) * self.every_frames
+        if self._schedule.due(frames) or (frames >= self._datamodule.total_frames and frames != self._last):
+            self._schedule.advance(frames)
             self.evaluate(frames)
 
     def evaluate(self, frames: int) -> dict[str, float]:
@@ -133,7 +134,7 @@ class GoalEvaluation(pl.Callback):
 
     def state_dict(self) -> dict:
         # The schedule, so that a resumed run evaluates at the frames the uninterrupted one does.
-        return {"next": self._next, "last": self._last}
+        return {"next": self._schedule.next, "last": self._last}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self._next, self._last = state_dict["next"], state_dict["last"]
+        self._schedule.next, self._last = state_dict["next"], state_dict["last"]

@@ -6,6 +6,7 @@ import time
 
 import lightning.pytorch as pl
 
+from callbacks.schedule import EveryFrames
 from sun_lightning.distributed import mean_over_ranks
 from sun_lightning.domains import PositiveInt, check_arguments
 from sun_lightning.metrics.behaviour import behaviour_metrics
@@ -45,13 +46,12 @@ class ExplorationLogger(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._datamodule = trainer.datamodule
         self._trainer, self._module = trainer, pl_module
-        self._next, self._last_time, self._last_frames = self.log_every_frames, time.perf_counter(), 0
+        self._schedule, self._last_time, self._last_frames = EveryFrames(self.log_every_frames), time.perf_counter(), 0
         if self._on_frames not in self._datamodule.frame_listeners:
             self._datamodule.frame_listeners.append(self._on_frames)
 
     def _on_frames(self, frames: int) -> None:
-        if frames >= self._next:
-            self._next = (frames // self.log_every_frames + 1) * self.log_every_frames
+        if self._schedule.tick(frames):
             self.log_now(frames)
 
     def log_now(self, frames: int, final: bool = False) -> dict[str, float]:
@@ -88,10 +88,10 @@ class ExplorationLogger(pl.Callback):
 
     def state_dict(self) -> dict:
         # The logging schedule, so that a resumed run logs at the frames the uninterrupted one does.
-        return {"next": self._next, "last_frames": self._last_frames}
+        return {"next": self._schedule.next, "last_frames": self._last_frames}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self._next, self._last_frames = state_dict["next"], state_dict["last_frames"]
+        self._schedule.next, self._last_frames = state_dict["next"], state_dict["last_frames"]
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         frames = self._datamodule.frames
