@@ -68,7 +68,7 @@ def test_a_readme_error_example_prints_what_it_shows(command, shown, tmp_path):
     (tmp_path / "conf").symlink_to(ROOT / "conf")  # the commands name conf/...; what they write stays in tmp_path
     argv = shlex.split(command)
     assert argv[:3] == ["python", "-m", "sun_lightning"]
-    proc = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr[-3000:]
     lines = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
     assert lines == [lines[-1]], lines  # one line, no traceback
