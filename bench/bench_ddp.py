@@ -1,7 +1,7 @@
 """Whole-run env frames/s and learner updates/s of one process against a 2-process DDP run.
 
 Each run is an ordinary ``python -m sun_lightning fit`` (gloo on CPU, or ``--accelerator gpu``), timed after
-its warm-up by ``tests/ddp/ddp_probe.py``. One process gets all the threads (``--threads``); the DDP run
+its warm-up by ``tests/system/ddp/ddp_probe.py``. One process gets all the threads (``--threads``); the DDP run
 splits them between its processes. Under DDP an update is one synchronized optimizer step averaging one
 batch per process, so "updates/s" counts those steps and "samples/s" the batches behind them.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-PROBE = ROOT / "tests" / "ddp"
+PROBE = ROOT / "tests" / "system" / "ddp"
 WARMUP = {"three_room": 5000, "point_maze_s": 1000}
 
 

@@ -19,7 +19,7 @@ import torch
 import sun_lightning.envs  # noqa: F401
 from sun_lightning.envs.eval_goals import eval_goals
 from sun_lightning.envs.registry import goal_space
-from sun_lightning.evaluation import GoalEvaluator, policy_of
+from sun_lightning.metrics.evaluation import GoalEvaluator, policy_of
 from sun_lightning.learners.td3 import TD3SVF
 
 ENVS = ("PointMazeS-v0", "PointMazeH-v0", "AntMazeS-v0", "AntMazeH-v0", "ArmPushH-v0")

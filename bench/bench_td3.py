@@ -25,7 +25,7 @@ PRECISIONS = ("32-true", "bf16-mixed")
 
 def prepare(config: str, device: str):
     """A TD3 learner and its DataModule after a warm-up of random exploration (D filled, no update)."""
-    from sun_lightning.cli import main
+    from sun_lightning.run.cli import main
 
     cli = main(["--config", str(ROOT / config), "--data.total_frames", "20000", "--data.warmup_frames", "20000",
                 "--data.updates_per_frame", "0", "--trainer.accelerator", "gpu" if device == "cuda" else "cpu",
@@ -48,7 +48,7 @@ def time_updates(learner, dm, updates: int, precision: str, device: str) -> floa
     import torch
 
     m = learner.batches_per_update
-    batches = [dm.sampler.sample(dm.storage, dm.scale(), count=m if m > 1 else None) for _ in range(8)]
+    batches = [dm.exploration.sampler.sample(dm.storage, dm.scale(), count=m if m > 1 else None) for _ in range(8)]
     context = (lambda: torch.autocast(device, dtype=torch.bfloat16)) if precision == "bf16-mixed" else nullcontext
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     times = []
@@ -76,7 +76,7 @@ def main() -> None:
     import torch
 
     from sun_lightning.learners.ensemble_td3 import EnsembleTD3SVF
-    from sun_lightning.precision import bf16_units
+    from sun_lightning.learners.precision import bf16_units
 
     torch.set_num_threads(args.threads)
     print(f"device {args.device}, {args.threads} threads; bf16 matrix units: {bf16_units(args.device) or 'none'}")

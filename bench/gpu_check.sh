@@ -17,7 +17,7 @@ fi
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" | tee "$OUT/device.log"
 
 start=$SECONDS
-timeout 200 python3 -m pytest tests/test_cuda.py -q -p no:cacheprovider -W ignore 2>&1 | tee "$OUT/tests.log" | tail -20
+timeout 200 python3 -m pytest tests/system/test_cuda.py -q -p no:cacheprovider -W ignore 2>&1 | tee "$OUT/tests.log" | tail -20
 tests=$(grep -E "passed|failed|error" "$OUT/tests.log" | tail -1)
 
 (cd bench && timeout 170 python3 bench_td3.py --device cuda --updates 30 --threads 8) 2>&1 | tee "$OUT/bench_td3.log" | grep -v -i warn
@@ -28,6 +28,6 @@ timeout 100 python3 -m sun_lightning fit --config conf/antmaze.yaml --trainer.ac
 
 echo "=== summary ($((SECONDS - start)) s) ==="
 head -1 "$OUT/device.log"
-echo "tests/test_cuda.py: ${tests:-no result}"
+echo "tests/system/test_cuda.py: ${tests:-no result}"
 grep -A3 "^summary" "$OUT/bench_td3.log" | tail -3
 grep -E "^precision|^done" "$OUT/fit.log" || echo "fit: no result (see $OUT/fit.log)"

@@ -11,7 +11,11 @@ import time
 def main() -> None:
     warmup, args = int(sys.argv[1]), sys.argv[2:]
     import sun_lightning
-    from sun_lightning.cli import main as cli_main
+
+    try:
+        from sun_lightning.run.cli import main as cli_main
+    except ImportError:  # a baseline from before the package map (sun_lightning/cli.py)
+        from sun_lightning.cli import main as cli_main
 
     cli = cli_main(args, run=False)
     dm, module = cli.datamodule, cli.model
@@ -23,7 +27,10 @@ def main() -> None:
             marks.update(start=now, frames0=frames, updates0=module.updates)
         marks.update(end=now, frames1=frames, updates1=module.updates)
 
-    dm.frame_listeners.append(on_frames)
+    if hasattr(dm, "events"):
+        dm.events.subscribe("frames", on_frames)
+    else:  # a baseline from before the loop's events
+        dm.frame_listeners.append(on_frames)
     start = time.perf_counter()
     cli.trainer.fit(module, datamodule=dm)
     print(json.dumps({

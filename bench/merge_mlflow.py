@@ -20,7 +20,7 @@ from pathlib import Path
 import mlflow
 from mlflow.entities import Metric, Param
 
-from sun_lightning.tracking import KIND_TAG
+from sun_lightning.tracking.store import KIND_TAG
 
 
 def copy_runs(src_db: Path, dst_db: Path, experiment: str) -> list[str]:

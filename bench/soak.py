@@ -5,7 +5,7 @@ killed at a random moment each time (every other cycle: while a checkpoint is be
 file exists, after the launch's first new checkpoint so that the run moves on), and finally run to its end. Checks:
 
 * the soaked run's metrics (every step of every metric but the wall-clock ``perf/*``) equal the reference's;
-* every checkpoint left is intact (:func:`sun_lightning.integrity.verify`) and no ``.part`` is left;
+* every checkpoint left is intact (:func:`sun_lightning.checkpoints.integrity.verify`) and no ``.part`` is left;
 * the MLflow store holds one run, FINISHED, with each metric step logged once;
 * memory: each launch killed while writing checkpoint N peaks within 10 % of the uninterrupted run's RSS up to
   writing N (the same point of the run), and no launch exceeds the uninterrupted run's peak by more than 10 %.
@@ -136,7 +136,7 @@ def _histories(store: Path) -> tuple[list, dict[str, list[tuple[int, float]]]]:
 
 def soak(config: str, workdir: Path, cycles: int = 20, seed: int = 0) -> dict:
     """Reference run, ``cycles`` killed launches and a last one to the end; the checks' figures (see the module)."""
-    from sun_lightning.integrity import verify
+    from sun_lightning.checkpoints.integrity import verify
 
     rng = random.Random(seed)
     name = CONFIGS[config][0]

@@ -9,12 +9,12 @@ from sun_lightning.errors import ConfigError, NonFiniteLossError, UsageError, re
 def entry(argv: list[str] | None = None) -> int:
     """Run the CLI; a config or command-line error prints one line and returns 2, anything else raises.
 
-    Errors the sources alone tell are found before the heavy imports (:mod:`sun_lightning.precheck`)."""
-    from sun_lightning import precheck
+    Errors the sources alone tell are found before the heavy imports (:mod:`sun_lightning.run.precheck`)."""
+    from sun_lightning.run import precheck
 
     try:
         precheck.check(sys.argv[1:] if argv is None else argv)
-        from sun_lightning.cli import main
+        from sun_lightning.run.cli import main
 
         main(argv)
     except (UsageError, ConfigError) as error:

@@ -46,8 +46,8 @@ from sun_lightning.study.local import StudyInterrupted, run_local
 from sun_lightning.study.plan import (PAPER_CONFIGS, PAPER_METHODS, RunSpec, budget_args, config_env_id,
                                       parse_grid, plan)
 from sun_lightning.study.ray_launcher import MISSING, require_ray, run_ray
-from sun_lightning.tracking import (MLFLOW_DIR, PARENT_TAG, absolute_uri, comparison_parent, env_name, local_store_uri,
-                                    prepare_store)
+from sun_lightning.tracking.naming import env_name
+from sun_lightning.tracking.store import MLFLOW_DIR, PARENT_TAG, absolute_uri, comparison_parent, local_store_uri, prepare_store
 
 __all__ = ["config_env_id", "gather", "main"]
 

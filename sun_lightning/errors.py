@@ -31,7 +31,7 @@ class UsageError(SystemExit):
     Attributes:
         message: jsonargparse's message.
         options: the option strings of the parser that failed (for "did you mean").
-        line: the report's line where it is known already (:mod:`sun_lightning.precheck`).
+        line: the report's line where it is known already (:mod:`sun_lightning.run.precheck`).
     """
 
     def __init__(self, message: str, options: Iterable[str] = (), line: str | None = None) -> None:

@@ -18,7 +18,7 @@ Details follow the baselines' code, which the paper ran (SPEC §6):
 * Time: one env step is 0.05 s, :data:`FRAME_SKIP` = 5 steps of the asset's 0.01 s timestep.
 * Integrator: Euler, the default integrator of the baselines' ant XML (gymnasium's asset asks for RK4),
   and several times cheaper than RK4 per step. MuJoCo's Euler integrates joint damping implicitly, and
-  the gait stays stable under random actions (``tests/test_ant_maze.py``: no NaN, no divergence warning,
+  the gait stays stable under random actions (``tests/unit/envs/test_ant_maze.py``: no NaN, no divergence warning,
   bounded velocities, the torso centre never a radius deep into a wall cell, even when pushed).
 * Height rule: when the torso height (``qpos[2]``) leaves ``[0.2, 2]`` after a step, the world gets its
   state from before the step back, with zero velocities (see :mod:`sun_lightning.envs.mujoco_vec`).

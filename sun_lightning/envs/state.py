@@ -14,7 +14,7 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-from sun_lightning import safe_pickle
+from sun_lightning.checkpoints import safe_pickle
 
 #: Attributes that are construction recipes, not state (SyncVectorEnv's env factories are closures).
 _NOT_STATE = ("env_fns",)

@@ -11,10 +11,25 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from sun_lightning.domains import PositiveInt, check_arguments
+
+
+
+@runtime_checkable
+class GoalValues(Protocol):
+    """What goal selection reads of the learner (SPEC §3): V(s, g) of candidate goals and the acting values towards
+    them, its discount (``hparams.gamma``) and device. Every :class:`~sun_lightning.learners.base.Learner` is one."""
+
+    device: torch.device
+    hparams: Any
+
+    def goal_values(self, obs: torch.Tensor, goal: torch.Tensor, goal_action: torch.Tensor | None = None,
+                    goal_keys: torch.Tensor | None = None, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """V(s, g) ``[B, K]`` (``[E, B, K]`` for ensembles) and the acting values ``[B, K, |A|]`` or ``None``."""
 
 
 class GoalSelector(ABC):
@@ -70,7 +85,7 @@ class GoalSelector(ABC):
         return reached
 
     # ---- rules with state of their own (none by default) -----------------------------------
-    def bind(self, learner, num_envs: int, horizon: int | None = None) -> None:
+    def bind(self, learner: GoalValues, num_envs: int, horizon: int | None = None) -> None:
         """Called once by the selection transform with the learner whose values it scores, B and the episode
         horizon (``None`` where the env has none)."""
 

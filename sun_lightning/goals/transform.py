@@ -17,7 +17,7 @@ from torchrl.envs.transforms import Transform
 
 from sun_lightning import keys
 from sun_lightning.envs.reach import goal_reached
-from sun_lightning.goals.base import GoalSelector
+from sun_lightning.goals.base import GoalSelector, GoalValues
 from sun_lightning.replay.storage import GoalReplayStorage
 
 _FLAGS = (keys.GOAL_SELECTED, keys.GOAL_RESELECTED, keys.GOAL_REACHED, keys.RANDOM_PHASE)
@@ -47,12 +47,12 @@ class GoalSelectionTransform(Transform):
         storage: replay storage the candidates come from.
         pseudocount: the counts of the storage's entries, by position (``counts(index)``, ``scale()``):
             :class:`~sun_lightning.replay.exact_count.ExactCount` or a radius pseudocount (SPEC §4).
-        learner: a :class:`~sun_lightning.learners.base.Learner` (its ``goal_values``).
+        learner: what selection reads of the learner (:class:`~sun_lightning.goals.base.GoalValues`).
         num_envs: B.
         horizon: the env's episode horizon, for rules that scale by it (``None``: none).
     """
 
-    def __init__(self, selector: GoalSelector, storage: GoalReplayStorage, pseudocount, learner, num_envs: int,
+    def __init__(self, selector: GoalSelector, storage: GoalReplayStorage, pseudocount, learner: GoalValues, num_envs: int,
                  horizon: int | None = None) -> None:
         super().__init__()
         self.selector = selector

@@ -112,7 +112,7 @@ class Learner(pl.LightningModule):
 
     def inference_context(self) -> AbstractContextManager:
         """The trainer's precision context (bf16 autocast under ``--trainer.precision bf16-mixed``), for the
-        evaluations outside ``training_step``: acting and goal selection (:mod:`sun_lightning.precision`)."""
+        evaluations outside ``training_step``: acting and goal selection (:mod:`sun_lightning.learners.precision`)."""
         trainer = self._trainer
         return nullcontext() if trainer is None else trainer.precision_plugin.forward_context()
 
@@ -165,7 +165,7 @@ class Learner(pl.LightningModule):
         raise NotImplementedError
 
     def training_step(self, batches: list[TensorDictBase], batch_idx: int) -> None:
-        """The updates of one collected vector step, one per batch (``ExplorationDataModule.stream``)."""
+        """The updates of one collected vector step, one per batch (:func:`~sun_lightning.exploration.loop.learning_stream`)."""
         for batch in batches:
             self.update(batch)
         self.flush_finite_checks()

@@ -9,7 +9,7 @@ into a wall is refused, so a policy that pursues goals behind walls shows here. 
 range and the random baseline's): a TD3 actor whose Q gives its actions one direction everywhere pins them
 there, and uniform random actions sit at a bound ≈ 1 % of the time (:data:`SATURATED`).
 
-The run logs both every logging window (callbacks/exploration.py). For a checkpoint of a run that did not::
+The run logs both every logging window (sun_lightning/callbacks/exploration.py). For a checkpoint of a run that did not::
 
     python -m sun_lightning.metrics.behaviour checkpoints/AntMazeS-sun-seed0/last.ckpt --since 0.6
 """
@@ -105,7 +105,7 @@ def behaviour_metrics(storage: GoalReplayStorage, since_step: int) -> dict[str, 
 def checkpoint_behaviour(path: str, since_fraction: float = 0.0) -> dict[str, float]:
     """:func:`behaviour_metrics` of the D a checkpoint holds, over its steps from ``since_fraction`` of the run on."""
     from sun_lightning.envs.registry import goal_space
-    from sun_lightning.safe_pickle import read_checkpoint
+    from sun_lightning.checkpoints.safe_pickle import read_checkpoint
 
     checkpoint = read_checkpoint(path)
     run, state = checkpoint["sun_run"], checkpoint["ExplorationDataModule"]

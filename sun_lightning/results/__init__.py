@@ -12,6 +12,6 @@ One concept per module:
 - :mod:`~sun_lightning.results.report`: the comparison report of one environment (Markdown, CSV, PNG);
 - :mod:`~sun_lightning.results.study`: the study report across environments.
 
-The Lightning side is :class:`callbacks.results.ResultsLogger`; the comparison and study runner is
+The Lightning side is :class:`sun_lightning.callbacks.results.ResultsLogger`; the comparison and study runner is
 :mod:`sun_lightning.compare` (launchers in :mod:`sun_lightning.study`).
 """

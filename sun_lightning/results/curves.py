@@ -13,7 +13,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 #: The curves drawn, and their axis labels. ``knn_entropy`` is logged once, at the end (a marker); ``eval/success``
-#: where the run evaluated goal reaching (:mod:`sun_lightning.evaluation`).
+#: where the run evaluated goal reaching (:mod:`sun_lightning.metrics.evaluation`).
 CURVES = {"explore/visits/coverage": "coverage", "explore/visits/entropy": "entropy",
           "explore/visits/knn_entropy": "k-NN entropy", "eval/success": "eval success"}
 

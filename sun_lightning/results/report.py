@@ -33,7 +33,7 @@ from sun_lightning.results.heatmaps import comparison_figure, save_png
 from sun_lightning.results.relative import BASELINES, relative_improvement
 from sun_lightning.results.runs import RunRecord
 from sun_lightning.results.snapshot import HeatmapSnapshot
-from sun_lightning.tracking import env_name
+from sun_lightning.tracking.naming import env_name
 
 COVERAGE, ENTROPY = "explore/visits/coverage", "explore/visits/entropy"
 KNN, SUCCESS = "explore/visits/knn_entropy", "explore/goals/success"

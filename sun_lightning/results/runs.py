@@ -16,7 +16,7 @@ import mlflow
 from sun_lightning.metrics.auc import curve_auc
 from sun_lightning.results.curves import CURVES, Curve
 from sun_lightning.results.snapshot import HeatmapSnapshot
-from sun_lightning.tracking import KIND_TAG
+from sun_lightning.tracking.store import KIND_TAG
 
 #: Goals drawn in each logging window: a run that never drew one has no goal statistics (Random).
 SELECTED = "explore/goals/selected"

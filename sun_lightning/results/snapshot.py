@@ -7,7 +7,7 @@ A :class:`HeatmapSnapshot` holds images over the run's :class:`~sun_lightning.re
   goal selections at 25/50/75/100 % of training);
 - ``values``: V(s₀, g); ``scores``: the selection rule's score from s₀ (:mod:`~sun_lightning.results.value_maps`);
 - ``eval_points`` / ``eval_success``: where the goals of the latest goal-reaching evaluation lie in the picture
-  and the fraction of those reached there (:mod:`sun_lightning.evaluation`; goals sharing a position, as the goal
+  and the fraction of those reached there (:mod:`sun_lightning.metrics.evaluation`; goals sharing a position, as the goal
   actions of a tile or PointMaze-H's cells over one column, are averaged).
 
 It is saved beside its picture (``heatmaps/heatmaps_<pct>.npz``), so that a comparison report draws
@@ -89,12 +89,12 @@ def take_snapshot(datamodule, learner, grid: GoalGrid, selected: list[torch.Tens
     """The snapshot of a running fit: D's contents, the goals given, and V and the score from s₀.
 
     Args:
-        datamodule: the run's :class:`~sun_lightning.data.ExplorationDataModule` (storage, pseudocount, selector).
+        datamodule: the run's :class:`~sun_lightning.exploration.datamodule.ExplorationDataModule` (storage, pseudocount, selector).
         learner: its learner.
         grid: the run's goal grid.
         selected, reached: goal projections ``[n_i, goal_dim]`` selected / reached since the last snapshot.
         frames, percent: when.
-        evaluation: the latest :class:`~sun_lightning.evaluation.EvalResult`, if the run evaluates, and
+        evaluation: the latest :class:`~sun_lightning.metrics.evaluation.EvalResult`, if the run evaluates, and
             ``eval_frames``, the env frames it was taken at.
     """
     storage, space, selector = datamodule.storage, datamodule.goal_space, datamodule.selector

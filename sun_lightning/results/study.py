@@ -31,7 +31,7 @@ from sun_lightning.results.relative import BASELINES, relative_improvement
 from sun_lightning.results.report import (COVERAGE, ENTROPY, Stat, csv_value, fmt, fmt_percent, label, summarize,
                                           write_csv)
 from sun_lightning.results.runs import RunRecord
-from sun_lightning.tracking import env_name
+from sun_lightning.tracking.naming import env_name
 
 #: The columns averaged over environments.
 AUCS = ("coverage AUC", "entropy AUC")

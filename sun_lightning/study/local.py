@@ -1,7 +1,7 @@
 """A study's runs as local processes, ``jobs`` at a time (the default launcher of :mod:`sun_lightning.compare`).
 
 Ctrl-C (or SIGTERM) on the runner is passed on to its running runs as one Ctrl-C each: every run saves a
-checkpoint and stops (callbacks/checkpoint.py), the runner waits for them and starts no new run, and the same
+checkpoint and stops (sun_lightning/callbacks/checkpoint.py), the runner waits for them and starts no new run, and the same
 command resumes the study. A second Ctrl-C is passed on too and stops the runs at once. The runs live in
 process groups of their own, so a terminal's Ctrl-C reaches them only through the runner, once.
 """

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import yaml
 
-from callbacks.checkpoint import LAST
-from sun_lightning import run_folders
-from callbacks.exploration import ExplorationLogger
+from sun_lightning.callbacks.checkpoint import LAST
+from sun_lightning.checkpoints import run_folders
+from sun_lightning.callbacks.exploration import ExplorationLogger
 from sun_lightning.methods import method_args
-from sun_lightning.tracking import run_name
+from sun_lightning.tracking.naming import run_name
 
 #: The paper's 14 environments (SPEC §6), in its order.
 PAPER_CONFIGS = tuple(f"conf/{name}.yaml" for name in (
@@ -109,7 +109,7 @@ def budget_args(config: str | Path, scale: float) -> tuple[str, ...]:
     checkpoint periods (whole vector steps, at least one); none for ``scale == 1``."""
     if scale == 1:
         return ()
-    from sun_lightning.data import ExplorationDataModule  # torchrl: imported only when a budget is scaled
+    from sun_lightning.exploration.datamodule import ExplorationDataModule  # torchrl: imported only when a budget is scaled
 
     tree = yaml.safe_load(Path(config).read_text()) or {}
     data, metrics = tree.get("data") or {}, tree.get("metrics") or {}
@@ -163,7 +163,7 @@ def start_fit(args: list[str], ckpt_dir: Path, cwd: Path, log_path: Path, thread
 
     A run whose folder holds a checkpoint (an interrupted study, a Ray task retried after its worker died)
     continues from the newest intact one with ``--ckpt_path last``, in the same MLflow run (a fresh launch
-    there would get a folder of its own: :mod:`sun_lightning.run_folders`).
+    there would get a folder of its own: :mod:`sun_lightning.checkpoints.run_folders`).
 
     Returns:
         The process, the open log file and whether the run resumes.

@@ -1,0 +1,104 @@
+"""Logs exploration, goal-selection and learner metrics against env frames (SPEC §7)."""
+
+from __future__ import annotations
+
+import time
+
+import lightning.pytorch as pl
+
+from sun_lightning.callbacks.schedule import EveryFrames
+from sun_lightning.exploration.distributed import mean_over_ranks
+from sun_lightning.domains import PositiveInt, check_arguments
+from sun_lightning.metrics.behaviour import behaviour_metrics
+from sun_lightning.metrics.exploration import exploration_metrics
+
+
+class ExplorationLogger(pl.Callback):
+    """Every ``log_every_frames`` env frames and at the end, logs to every logger with step = env frames.
+
+    Lightning's ``global_step`` counts optimizer steps, so the x-axis is the
+    DataModule's own frame counter. Metrics:
+
+    - ``explore/visits/{coverage,entropy}``: over all visits in D.
+    - ``explore/visits/knn_entropy``: at the end only, when ``knn_entropy`` is set.
+    - ``explore/goals/*``: goal statistics of the window (see ``CollectionStats``), and a rule's own state
+      (``GoalSelector.metrics``: DISCOVER's adapted weight on μ, ``explore/goals/mean_weight``).
+    - ``explore/episodes/reach``, ``explore/actions/{unmoved,saturation}``: how far the window's episodes got,
+      how many steps went nowhere and how saturated its continuous actions were
+      (:mod:`sun_lightning.metrics.behaviour`).
+    - ``train/*``: learner statistics averaged over the window's updates.
+    - ``perf/speed/frames_per_second``: env frames per wall-clock second in the window.
+
+    Under DDP the frames and every metric cover all ranks (the ``train/*`` means are averaged over the
+    ranks' updates); rank 0 logs them.
+
+    Args:
+        log_every_frames: logging period in env frames.
+        knn_entropy: also compute the k-NN entropy at the end (LunarLanderFull).
+        verbose: print a one-line summary at every log.
+    """
+
+    def __init__(self, log_every_frames: PositiveInt = 5000, knn_entropy: bool = False, verbose: bool = True) -> None:
+        check_arguments(ExplorationLogger.__init__, {"log_every_frames": log_every_frames})
+        self.log_every_frames, self.knn_entropy, self.verbose = log_every_frames, knn_entropy, verbose
+        self.final: dict[str, float] = {}
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._datamodule = trainer.datamodule
+        self._trainer, self._module = trainer, pl_module
+        self._schedule, self._last_time, self._last_frames = EveryFrames(self.log_every_frames), time.perf_counter(), 0
+        self._datamodule.events.subscribe("frames", self._on_frames)
+
+    def _on_frames(self, frames: int) -> None:
+        if self._schedule.tick(frames):
+            self.log_now(frames)
+
+    def log_now(self, frames: int, final: bool = False) -> dict[str, float]:
+        dm, trainer = self._datamodule, self._trainer
+        now = time.perf_counter()
+        window, train = dm.window.pop(), self._module.pop_train_metrics()
+        if trainer.world_size > 1:  # every rank's updates (D and the window are the job's on every rank already)
+            strategy = trainer.strategy
+            train = mean_over_ranks(train, lambda t: strategy.reduce(t.to(strategy.root_device), reduce_op="mean").cpu())
+            if not trainer.is_global_zero:
+                self._last_frames = frames  # the schedule of every rank stays rank 0's
+                return {}
+        visits = dm.pseudocount.visits() if dm.goal_space.exact_counts else None
+        metrics = exploration_metrics(dm.storage, visits, knn=final and self.knn_entropy)
+        metrics.update(behaviour_metrics(dm.storage, self._last_frames // dm.storage.num_envs))
+        metrics.update(window)
+        metrics.update(dm.selector.metrics())
+        metrics.update(train)
+        metrics["perf/speed/frames_per_second"] = (frames - self._last_frames) / max(now - self._last_time, 1e-9)
+        self._last_time, self._last_frames = now, frames
+        for logger in self._trainer.loggers:
+            logger.log_metrics(metrics, step=frames)
+        if self.verbose:
+            shown = ("explore/visits/coverage", "explore/visits/entropy", "explore/goals/success", "train/loss/td")
+            text = "  ".join(f"{name.rsplit('/', 1)[-1]}={metrics[name]:.4f}" for name in shown if name in metrics)
+            line = f"[frames {frames}] {text}  fps={metrics['perf/speed/frames_per_second']:.0f}"
+            bar = self._trainer.progress_bar_callback
+            if bar is not None:  # above the bar, not through it
+                bar.print(line)
+            else:
+                print(line, flush=True)
+        self.final = metrics
+        return metrics
+
+    def state_dict(self) -> dict:
+        # The logging schedule, so that a resumed run logs at the frames the uninterrupted one does.
+        return {"next": self._schedule.next, "last_frames": self._last_frames}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._schedule.next, self._last_frames = state_dict["next"], state_dict["last_frames"]
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        frames = self._datamodule.frames
+        if frames != self._last_frames or self.knn_entropy:
+            self.final = self.log_now(frames, final=True)
+        for logger in trainer.loggers:
+            logger.save()
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if trainer.datamodule is not None:
+            trainer.datamodule.events.unsubscribe("frames", self._on_frames)

@@ -1,0 +1,81 @@
+"""One run's exploration, as :func:`~sun_lightning.exploration.build.build` makes it: everything the loop steps and
+a checkpoint saves, in one typed handle."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torchrl.collectors import Collector
+from torchrl.envs import TransformedEnv
+
+from sun_lightning.envs.registry import GoalSpace
+from sun_lightning.exploration.agent import Agent
+from sun_lightning.exploration.events import Events
+from sun_lightning.exploration.state import exploration_state, load_exploration_state
+from sun_lightning.exploration.stats import CollectionStats
+from sun_lightning.goals.base import GoalSelector
+from sun_lightning.goals.transform import GoalSelectionTransform
+from sun_lightning.replay.storage import GoalReplayStorage
+
+
+@dataclass(eq=False)
+class Exploration:
+    """The environments, their goals, the replay storage D with its counts, and the run's counters.
+
+    Under DDP (:mod:`sun_lightning.exploration.distributed`) D and its pseudocounts hold every rank's envs; each
+    rank steps its own ``vector_env``.
+    """
+
+    env_id: str
+    goal_space: GoalSpace
+    selector: GoalSelector
+    agent: Agent  # the learner, as the loop and the selection transform see it
+    sampler: Any  # the learner's replay sampler (relabelled batches, SPEC §5)
+    storage: GoalReplayStorage
+    pseudocount: Any  # exact, radius or binned counts of D's entries (SPEC §4)
+    vector_env: Any  # the gymnasium vector env
+    transform: GoalSelectionTransform
+    env: TransformedEnv
+    policy: Any  # the learner's acting policy (TensorDict in, action out)
+    collector: Collector
+    num_envs: int  # this process's envs
+    rank: int = 0
+    world_size: int = 1
+    gather_device: torch.device | None = None  # where ranks exchange their steps (DDP)
+    run_seed: int = 0  # the run's seed (before the rank offset)
+    env_seed: int = 0  # this rank's env seed
+    events: Events = field(default_factory=Events)
+    stats: CollectionStats = field(default_factory=CollectionStats)  # the logging window's goal statistics
+    frames: int = 0  # env frames of the whole job (every rank's under DDP)
+    credit: float = 0.0  # fractional updates owed (updates_per_frame < 1 spreads them over steps)
+    # Batches yielded but not trained on yet: Lightning's loader prefetches one, so a checkpoint written after an
+    # update already holds the next vector step; its batch is saved with it.
+    untrained: deque[list[TensorDict]] = field(default_factory=deque)
+    pending_rng: dict | None = None  # a checkpoint's RNG states, applied when the loop resumes
+    rollouts: Iterator[TensorDictBase] = field(init=False, repr=False)
+    closed: bool = field(default=False, init=False)  # the collector and envs are shut (the data stay readable)
+
+    def __post_init__(self) -> None:
+        self.rollouts = iter(self.collector)
+
+    def scale(self) -> torch.Tensor | None:
+        """The radius pseudocount's goal standardization σ̃ (``None`` for exact counts)."""
+        scale = getattr(self.pseudocount, "scale", None)
+        return None if scale is None else scale().to(self.storage.device)
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint holds of this run's exploration (:mod:`sun_lightning.exploration.state`)."""
+        return exploration_state(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        load_exploration_state(self, state)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.collector.shutdown()
+            self.closed = True

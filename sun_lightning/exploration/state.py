@@ -1,0 +1,128 @@
+"""What a checkpoint holds of exploration, so that ``--ckpt_path last`` continues a run exactly.
+
+Lightning saves the learner (networks, targets, optimizers, counters); this module gives the
+exploration's part (:meth:`Exploration.state_dict <sun_lightning.exploration.handle.Exploration.state_dict>`): the replay entries and their pseudocounts, each env's goal and selection
+bookkeeping, the environments themselves (:mod:`sun_lightning.envs.state`), the collector's current
+step, the frame counter and the window's statistics, the learning batches drawn but not trained on
+yet (Lightning's loader prefetches one), and every RNG (torch, numpy, Python). A run
+killed after a checkpoint and resumed from it ends with the metrics of the run never interrupted,
+bit for bit where the env can be saved (every env of the package but LunarLander, whose Box2D world
+cannot: its episodes in progress restart on resume).
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import torch
+from tensordict import TensorDict
+
+from sun_lightning import keys
+from sun_lightning.checkpoints import safe_pickle
+from sun_lightning.checkpoints.rng import rng_state, set_rng_state  # noqa: F401  (the module's earlier names)
+from sun_lightning.envs.state import env_state, load_env_state
+
+if TYPE_CHECKING:
+    from sun_lightning.exploration.handle import Exploration
+
+
+def restore_into(target: object, blob: bytes) -> None:
+    """Replace ``target``'s attributes by those of a pickled object of its class (other objects keep their reference)."""
+    loaded = safe_pickle.loads(blob)
+    if type(loaded) is not type(target):
+        raise ValueError(f"checkpoint holds a {type(loaded).__name__}, this run a {type(target).__name__}")
+    vars(target).clear()
+    vars(target).update(vars(loaded))
+
+
+def recount(x: Exploration) -> None:
+    """Insert D's entries into the (fresh) pseudocount one vector step at a time, as they were collected.
+
+    Equal to the counts of the run that collected them as long as D never wrapped (the default capacity).
+    """
+    storage, space, step = x.storage, x.goal_space, x.storage.num_envs
+    if storage.steps * step > storage.capacity:
+        raise ValueError(f"data.capacity ({storage.capacity}) is smaller than the checkpoint's replay buffer "
+                         f"({storage.steps * step} entries): resume with the capacity it was run with")
+    for start in range(0, len(storage), step):
+        index = torch.arange(start, start + step, device=storage.device)
+        entries = storage.get(index)
+        action = entries[keys.ACTION] if space.discrete else None
+        x.pseudocount.insert(index, space.project(entries[keys.OBS]), action)
+
+
+def carried_step(collector) -> TensorDict:
+    """The step a TorchRL collector carries to its next iteration (the current states' observations and goals).
+
+    TorchRL 0.14's ``Collector`` offers no public accessor for it (its ``state_dict`` holds the transforms' buffers
+    and counters, not this step), so it is read and written here, and only here, through ``_carrier``.
+    """
+    return collector._carrier
+
+
+def exploration_state(x: Exploration) -> dict[str, Any]:
+    """The run's exploration state (see the module docstring) after its last recorded vector step.
+
+    Under DDP (:mod:`sun_lightning.exploration.distributed`) D, its pseudocounts, the counters and the window are
+    the same on every rank and saved once; each rank's own part (its envs, their goals, the collector's step,
+    its untrained batches and RNGs) is gathered under ``ranks``, in rank order (a collective: every rank
+    calls this, as Lightning's checkpointing does).
+    """
+    own = {
+        "transform": x.transform.exploration_state(),
+        "env": env_state(x.vector_env),
+        "carrier": carried_step(x.collector).to_dict(),
+        "untrained": [[(batch.to_dict(), tuple(batch.batch_size)) for batch in batches] for batches in x.untrained],
+        "rng": rng_state(),
+    }
+    if x.world_size > 1:
+        ranks = [None] * x.world_size
+        torch.distributed.all_gather_object(ranks, own)
+        if x.rank != 0:
+            return {}  # Lightning writes rank 0's checkpoint only: the shared part is not copied here for nothing
+        own = {"ranks": ranks}
+    return {
+        "world_size": x.world_size,
+        "frames": x.frames,
+        "credit": x.credit,
+        "storage": x.storage.state_dict(),
+        "pseudocount": pickle.dumps(x.pseudocount),
+        "policy_warmup": bool(x.policy.warmup),
+        "window": dict(vars(x.stats)),
+        **own,
+    }
+
+
+def load_exploration_state(x: Exploration, state: dict[str, Any]) -> None:
+    """Restore :func:`exploration_state` into a run built with the same config.
+
+    The RNG states are applied when the loop resumes (:func:`~sun_lightning.exploration.loop.learning_stream`),
+    after Lightning's loader has drawn its own seed, as it did before the uninterrupted run's first step.
+    """
+    saved_world = state.get("world_size", 1)
+    if saved_world != x.world_size:
+        raise ValueError(f"the checkpoint comes from a run of {saved_world} process(es), this one has {x.world_size}: "
+                         f"resume with --trainer.devices {saved_world} (each process's envs are in it)")
+    own = state["ranks"][x.rank] if x.world_size > 1 else state
+    x.frames, x.credit = state["frames"], state["credit"]
+    x.storage.load_state_dict(state["storage"])
+    if state["storage"].get("capacity") == x.storage.capacity:
+        restore_into(x.pseudocount, state["pseudocount"])
+    else:  # a run extended with another capacity: count the stored entries again, in their order
+        recount(x)
+    x.transform.load_exploration_state(own["transform"])
+    x.policy.warmup = state["policy_warmup"]
+    vars(x.stats).update(state["window"])
+    x.untrained.clear()
+    for batches in own["untrained"]:
+        x.untrained.append([TensorDict(data, batch_size=size, device=x.storage.device) for data, size in batches])
+    if own["env"] is not None:
+        load_env_state(x.vector_env, own["env"])
+        carrier = carried_step(x.collector)
+        carrier.update_(TensorDict(own["carrier"], batch_size=carrier.batch_size).to(carrier.device))
+    else:
+        warnings.warn(f"{x.env_id}'s state cannot be saved: its episodes in progress restart on resume", stacklevel=2)
+        x.collector.reset()
+    x.pending_rng = own["rng"]

@@ -1,0 +1,50 @@
+"""Integration tests train whole runs through the command line: in-process with the ``fit`` fixture, or as a
+process with ``run_cli``; each in its own ``tmp_path`` (checkpoints, ``mlruns/``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+#: No metric lines and no progress bar: the tests read the numbers, not the console.
+QUIET = ("--metrics.verbose", "false", "--trainer.enable_progress_bar", "false")
+
+
+def config_path(config: str | Path) -> str:
+    """A config of ``conf/`` by file name, or any path."""
+    path = Path(config)
+    return str(path if path.is_absolute() else ROOT / "conf" / path)
+
+
+@pytest.fixture
+def fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., object]:
+    """``fit(config, *overrides)``: ``python -m sun_lightning fit --config <config> <overrides>`` in-process, in
+    ``tmp_path``, quiet; returns the LightningCLI after its fit (its trainer, model and datamodule)."""
+    from sun_lightning.run.cli import main
+
+    monkeypatch.chdir(tmp_path)
+
+    def run(config: str | Path, *overrides: str):
+        return main(["fit", "--config", config_path(config), *QUIET, *overrides])
+
+    return run
+
+
+@pytest.fixture
+def run_cli(tmp_path: Path) -> Callable[..., tuple[int, list[str]]]:
+    """``run_cli(*args, timeout=180)``: ``python -m sun_lightning <args>`` as a process in ``tmp_path`` (this
+    checkout's package); its exit code and non-empty output lines."""
+
+    def run(*args: str, timeout: float = 180) -> tuple[int, list[str]]:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.run([sys.executable, "-m", "sun_lightning", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+        return proc.returncode, [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
+
+    return run

@@ -1,0 +1,58 @@
+"""Faults end a run cleanly: a NaN loss stops it with a message and a checkpoint of the last good
+state; Ctrl-C stops it with a checkpoint and the MLflow run marked KILLED."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlflow
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--data.warmup_frames", "400", "--data.num_envs", "4", "--metrics.log_every_frames", "200"]
+
+
+def _status(tmp_path: Path) -> str:
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    experiment = client.get_experiment_by_name("sun_lightning")
+    (run,) = client.search_runs([experiment.experiment_id])
+    return run.info.status
+
+
+def test_a_nan_loss_stops_the_run_naming_it_and_keeps_the_last_good_state(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "sun_lightning", "fit", "--config", str(ROOT / "conf/three_room.yaml"), *TINY,
+         "--data.total_frames", "2000", "--model.init_args.lr", "1e6"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: train/loss/td became ") and "at update " in line and "env frame " in line, line
+    checkpoint = tmp_path / "checkpoints" / "ThreeRoom-sun-seed0" / "last.ckpt"
+    assert str(checkpoint) in line
+    state = torch.load(checkpoint, weights_only=False, map_location="cpu")
+    assert all(torch.isfinite(value).all() for value in state["state_dict"].values() if value.is_floating_point())
+    assert _status(tmp_path) == "FAILED"
+
+
+def test_ctrl_c_stops_with_a_checkpoint_and_a_killed_mlflow_run(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sun_lightning", "fit", "--config", str(ROOT / "conf/three_room.yaml"), *TINY,
+         "--data.total_frames", "1000000"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    start = time.monotonic()
+    for line in proc.stdout:  # the first log line comes after the warm-up, during learning
+        if line.startswith("[frames 600]") or time.monotonic() - start > 240:
+            break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]
+    assert "interrupted: saving a checkpoint and stopping" in err
+    assert "stopped (Ctrl-C): " in out
+    checkpoint = tmp_path / "checkpoints" / "ThreeRoom-sun-seed0" / "last.ckpt"
+    frames = torch.load(checkpoint, weights_only=False, map_location="cpu")["ExplorationDataModule"]["frames"]
+    assert 600 <= frames < 1000000
+    assert _status(tmp_path) == "KILLED"

@@ -1,0 +1,141 @@
+"""Exact resume: a run killed with SIGKILL after a checkpoint and resumed from ``last`` ends with the
+metrics of the run that was never interrupted, bit for bit; checkpoints are named by env frames and written
+atomically."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from sun_lightning.run.cli import main
+from sun_lightning.methods import method_args
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEED = "perf/speed/frames_per_second"  # wall-clock, the one metric that may differ
+
+
+def _args(config: str, total: int, warmup: int, every: int, *extra: str) -> list[str]:
+    return ["fit", "--config", str(ROOT / "conf" / config), "--data.total_frames", str(total),
+            "--data.warmup_frames", str(warmup), "--metrics.log_every_frames", str(every), "--metrics.verbose", "false",
+            "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
+            "--checkpoint.every_frames", str(every), "--checkpoint.keep", "10", *extra]
+
+
+def _final(cli) -> dict[str, float]:
+    logger = next(cb for cb in cli.trainer.callbacks if cb.__class__.__name__ == "ExplorationLogger")
+    return {name: value for name, value in logger.final.items() if name != SPEED}
+
+
+def _kill_after(args: list[str], checkpoint: Path, cwd: Path, timeout: float = 900) -> None:
+    """Run ``python -m sun_lightning <args>`` and SIGKILL it as soon as ``checkpoint`` exists."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "sun_lightning", *args], cwd=cwd, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    start = time.monotonic()
+    try:
+        while not checkpoint.exists():
+            if proc.poll() is not None:
+                pytest.fail(f"the run ended (rc {proc.returncode}) before writing {checkpoint}")
+            if time.monotonic() - start > timeout:
+                pytest.fail(f"no {checkpoint} after {timeout} s")
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("config,method", [("three_room.yaml", "sun"),
+                                           pytest.param("cart_pole.yaml", "sun", marks=pytest.mark.slow),  # 34 s
+                                           ("three_room.yaml", "random")])
+def test_killed_run_resumes_to_the_same_metrics(config, method, tmp_path, monkeypatch):
+    """Random, which never updates, checkpoints and resumes like a learning run (its steps are empty)."""
+    monkeypatch.chdir(tmp_path)
+    period = 400 if config == "cart_pole.yaml" else 200  # CartPole's learner needs a longer warm-up
+    total = 4 * period
+    args = _args(config, total, period, period, *method_args(method))  # total, warm-up, period
+    whole = _final(main(args))
+    name = {"three_room.yaml": "ThreeRoom", "cart_pole.yaml": "CartPole"}[config] + f"-{method}-seed0"
+    folder = tmp_path / "checkpoints" / name
+    names = sorted(p.name for p in folder.glob("*.ckpt"))
+    # Every period from the first update on (the first batch comes one vector step after the warm-up).
+    frames = [int(n.removeprefix("frames=").removesuffix(".ckpt")) for n in names if n.startswith("frames=")]
+    assert names[-1] == "last.ckpt" and len(frames) == 4 and frames[-1] == total, names
+    assert all(b - a == period for a, b in zip(frames[1:-1], frames[2:])) or frames[1] - frames[0] <= period, frames
+    for path in folder.iterdir():
+        path.unlink()
+
+    _kill_after(args, folder / f"frames={frames[1]:09d}.ckpt", tmp_path)
+    saved = torch.load(folder / "last.ckpt", weights_only=False, map_location="cpu")
+    assert saved["ExplorationDataModule"]["frames"] in frames[:2]  # killed right after writing the second
+    from sun_lightning.exploration.datamodule import ExplorationDataModule
+
+    restored = []
+    load = ExplorationDataModule.load_state_dict
+    monkeypatch.setattr(ExplorationDataModule, "load_state_dict",
+                        lambda self, state: (restored.append(state["frames"]), load(self, state)))
+    resumed = _final(main([*args, "--ckpt_path", "last"]))
+    assert restored == [saved["ExplorationDataModule"]["frames"]]  # it did resume, from the last checkpoint
+    assert resumed == whole
+
+
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    """A crash while writing leaves the previous ``last.ckpt`` readable and intact: the new file is renamed into
+    place only once written and recorded (``last.ckpt`` is then copied from it)."""
+    monkeypatch.chdir(tmp_path)
+    from sun_lightning.callbacks.checkpoint import FrameCheckpoint
+    from sun_lightning.checkpoints.integrity import verify
+
+    calls = []
+    original = FrameCheckpoint._save_checkpoint
+
+    def crash_on_second_write(self, trainer, filepath):
+        calls.append(filepath)
+        if len(calls) == 2:
+            trainer.save_checkpoint(filepath + ".part", self.save_weights_only)
+            raise KeyboardInterrupt  # as if killed between the write and the rename
+        original(self, trainer, filepath)
+
+    monkeypatch.setattr(FrameCheckpoint, "_save_checkpoint", crash_on_second_write)
+    with pytest.raises(SystemExit):
+        main(_args("three_room.yaml", total=1200, warmup=400, every=400))
+    last = tmp_path / "checkpoints" / "ThreeRoom-sun-seed0" / "last.ckpt"
+    state = torch.load(last, weights_only=False, map_location="cpu")
+    first = int(Path(calls[0]).stem.removeprefix("frames="))
+    assert state["ExplorationDataModule"]["frames"] == first  # the first save, intact
+    assert verify(last) == (None, state["sun_run"]) and verify(calls[0])[0] is None
+    assert Path(calls[1] + ".part").exists() and not Path(calls[1]).exists()  # the interrupted write replaced nothing
+
+
+FIXTURE = ROOT / "tests" / "data" / "three_room_sun_800.ckpt.gz"
+
+
+def test_a_checkpoint_written_by_this_version_resumes(tmp_path, monkeypatch):
+    """A checkpoint kept from this version (ThreeRoom, SUN, 800 frames: ``tests/data``) resumes and continues: a
+    move of the modules whose classes it names must keep it loadable."""
+    import gzip
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "checkpoints" / "ThreeRoom-sun-seed0"
+    folder.mkdir(parents=True)
+    path = folder / "frames=000000800.ckpt"
+    with gzip.open(FIXTURE) as source, open(path, "wb") as target:
+        shutil.copyfileobj(source, target)
+    shutil.copy(FIXTURE.with_suffix("").with_suffix(".ckpt.json"), folder / "frames=000000800.ckpt.json")
+    saved = torch.load(path, weights_only=False, map_location="cpu")
+    args = _args("three_room.yaml", 1000, 600, 200, "--data.num_envs", "2", "--checkpoint.every_frames", "400")
+    cli = main([*args, "--ckpt_path", str(path)])
+    assert cli.datamodule.frames == 1000 and cli.model.updates == 400  # one update per frame after the warm-up
+    kept = saved["ExplorationDataModule"]
+    assert kept["frames"] == 800
+    final = _final(cli)
+    assert 0 < final["explore/visits/coverage"] <= 1 and math.isfinite(final["train/loss/td"])

@@ -1,0 +1,119 @@
+"""The fast pre-check (sun_lightning/run/precheck.py) says what the live parser says, before the heavy imports, and
+never refuses what the live parser accepts."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sun_lightning.run import precheck
+from sun_lightning.errors import ConfigError, UsageError, report
+from sun_lightning.methods import METHODS, method_args
+
+ROOT = Path(__file__).resolve().parents[3]
+THREE_ROOM = str(ROOT / "conf/three_room.yaml")
+POINT_MAZE = str(ROOT / "conf/point_maze_s.yaml")
+HEAVY = ("torch", "lightning", "mujoco", "gymnasium", "torchrl", "mlflow")
+
+
+def _line(call) -> str | None:
+    out = io.StringIO()
+    try:
+        call()
+    except (UsageError, ConfigError) as error:
+        report(error, out)
+        return out.getvalue().strip()
+    return None
+
+
+def _live(argv: list[str]) -> str | None:
+    from sun_lightning.run.cli import main
+
+    return _line(lambda: main(argv))  # every case fails before the fit would start
+
+
+BAD = [
+    ["fit", "--config", THREE_ROOM, "--data.total_frames", "0"],
+    ["fit", "--config", THREE_ROOM, "--data.total_frames", "100"],
+    ["fit", "--config", THREE_ROOM, "--data.num_envs", "x"],
+    ["fit", "--config", THREE_ROOM, "--data.num_envs=x"],
+    ["fit", "--config", THREE_ROOM, "--data.total_framez", "1"],
+    ["fit", "--config", THREE_ROOM, "--model.init_args.lrr", "1"],
+    ["fit", "--config", THREE_ROOM, "--model.init_args.gamma", "1.5"],
+    ["fit", "--config", THREE_ROOM, "--checkpoint.every_frames", "0"],
+    ["fit", "--config", THREE_ROOM, "--trainer.max_epochz", "3"],
+    ["fit", "--config", POINT_MAZE, "--model.init_args.actor_tau", "0"],
+    ["fit", "--config", POINT_MAZE, "--data.rho", "-1"],
+    ["fit", "--config", POINT_MAZE, "--checkpoint.keep", "many"],
+    ["fitt"],
+    ["fit", "--config", "nope.yaml"],
+]
+
+
+@pytest.mark.parametrize("argv", BAD, ids=[" ".join(a[3:] if len(a) > 3 else a) for a in BAD])
+def test_the_pre_check_says_what_the_live_parser_says(argv, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    fast = _line(lambda: precheck.check(argv))
+    assert fast is not None and fast.startswith("error: "), fast
+    assert fast == _live(argv)
+
+
+def test_an_unknown_key_in_a_config_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("data:\n  env_id: sun_lightning/ThreeRoom-v0\n  total_framez: 100\n")
+    argv = ["fit", "--config", str(bad)]
+    assert _line(lambda: precheck.check(argv)) == _live(argv) == \
+        "error: unknown key 'data.total_framez' (did you mean data.total_frames?)"
+
+
+CONFIGS = sorted(str(p) for p in (ROOT / "conf").rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[Path(c).relative_to(ROOT / "conf").as_posix() for c in CONFIGS])
+def test_every_shipped_config_and_method_passes(config):
+    precheck.check(["fit", "--config", config])
+    precheck.check(["fit", "--config", config, "--data.total_frames", "200000", "--trainer.logger", "false"])
+    for method in METHODS:
+        try:
+            args = method_args(method, config)
+        except ValueError:
+            continue  # an ensemble method on a config whose learner has none
+        precheck.check(["fit", "--config", config, *args])
+
+
+def test_what_it_cannot_judge_is_left_to_the_live_parser():
+    for argv in (["fit", "--help"], ["--config", THREE_ROOM, "fit"], ["fit", "--config", THREE_ROOM, "--print_config"],
+                 ["fit", "--config", THREE_ROOM, "--data.selector.beta", "x"],
+                 ["fit", "--config", THREE_ROOM, "--data.rho", "x"],  # a union type: jsonargparse words it
+                 ["fit", "--config", THREE_ROOM, "--trainer.callbacks+=x.Y"],  # appended to a list
+                 ["fit", "--config", THREE_ROOM, "--data.selector", "sun_lightning.goals.RandomActions",
+                  "--data.total_frames", "100"]):  # a rule that does not learn: no warm-up to outlast
+        precheck.check(argv)
+
+
+def test_the_pre_check_imports_nothing_heavy():
+    code = ("import sys; from sun_lightning import precheck; precheck.check(['fit', '--config', %r]); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & set(%r)))" % (THREE_ROOM, HEAVY))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_a_wrong_value_in_a_config_is_reported_in_seconds(tmp_path):
+    config = yaml.safe_load(Path(THREE_ROOM).read_text())
+    config["data"]["num_envs"] = "x"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(config))
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "sun_lightning", "fit", "--config", str(bad)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    elapsed = time.perf_counter() - start
+    assert proc.returncode == 2 and "data.num_envs: expected int, got 'x'" in proc.stderr, proc.stderr
+    assert elapsed < 10, elapsed  # ≤ 3 s on a quiet machine (docs); generous here
