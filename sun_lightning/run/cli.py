@@ -14,7 +14,6 @@ embedded MLflow store under ``mlruns/`` by default, named and tagged by
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.strategies import DDPStrategy
 
-from sun_lightning.callbacks.checkpoint import MLFLOW_RUN_FILE, FrameCheckpoint, mlflow_run_of
+from sun_lightning.callbacks.checkpoint import FrameCheckpoint
 from sun_lightning.callbacks.evaluation import GoalEvaluation
 from sun_lightning.callbacks.exploration import ExplorationLogger
 from sun_lightning.callbacks.progress import FrameProgressBar
@@ -34,13 +33,12 @@ from sun_lightning.exploration.datamodule import ExplorationDataModule
 from sun_lightning.envs import env_ids
 from sun_lightning.domains import check_config
 from sun_lightning.errors import ConfigError, UsageError, check_config_files, config_files
-from sun_lightning.checkpoints.identity import asked_identity, check_fits, recorded_identity
-from sun_lightning.checkpoints.integrity import resolve_checkpoint
-from sun_lightning.checkpoints.safe_pickle import read_checkpoint
 from sun_lightning.learners.base import Learner
 from sun_lightning.learners.family import check_family
 from sun_lightning.tracking.logger import SUNMLFlowLogger
+from sun_lightning.run.resume import check_checkpoint, choose_folder, resumed_run
 from sun_lightning.run.runtime import quiet_third_party, tune_allocator
+from sun_lightning.run.summary import run_summary
 from sun_lightning.tracking.naming import method_of, name_of_run, run_tags
 from sun_lightning.tracking.store import MLFLOW_DIR, MLFLOW_URI, config_params, prepare_store
 
@@ -203,7 +201,7 @@ class SUNCLI(LightningCLI):
         version = 0
         if config.get("checkpoint") is not None:
             base = config.checkpoint.get("dirpath") or Path(config.trainer.get("default_root_dir") or ".") / name
-            version = _choose_folder(config, base) if self.subcommand == "fit" else 0
+            version = choose_folder(config, base) if self.subcommand == "fit" else 0
             if version and not config.get("ckpt_path"):
                 self.folder_line = (f"note: {base} holds an earlier run's checkpoints; this run writes its own to "
                                     f"{config.checkpoint.dirpath}")
@@ -211,7 +209,7 @@ class SUNCLI(LightningCLI):
         check_config(config, {"model": None, "data": ExplorationDataModule, "checkpoint": FrameCheckpoint,
                               "metrics": ExplorationLogger, "results": ResultsLogger, "progress": FrameProgressBar})
         if self.subcommand == "fit" and config.get("ckpt_path"):
-            _check_checkpoint(config, seed, method)
+            check_checkpoint(config, seed, method)
         logger = config.get("trainer", {}).get("logger")
         if isinstance(logger, Namespace) and str(logger.get("class_path", "")).endswith("MLFlowLogger"):
             if logger.class_path == "lightning.pytorch.loggers.MLFlowLogger":
@@ -221,7 +219,7 @@ class SUNCLI(LightningCLI):
             prepare_store(args.get("tracking_uri") or MLFLOW_URI, args.get("experiment_name") or "lightning_logs",
                           args.get("artifact_location"))
             args.run_name = (args.get("run_name") or name) + run_folders.suffix(version)  # another run, another name
-            resumed = _resumed_run(config)
+            resumed = resumed_run(config)
             if resumed and not args.get("run_id"):
                 args.run_id = resumed  # a resumed run continues its MLflow run
             accelerator = config.get("trainer", {}).get("accelerator") or "auto"
@@ -274,80 +272,6 @@ def _command_text(argv: list[str]) -> str:
         except OSError:
             pass
     return "\n".join(texts)
-
-
-#: The metrics the summary shows, in order (all of them are in MLflow).
-SUMMARY_METRICS = ("explore/visits/coverage", "explore/visits/entropy", "explore/visits/knn_entropy",
-                   "explore/goals/success", "train/loss/td")
-
-
-def run_summary(trainer, folder_line: str | None = None) -> str:
-    """A few lines for the end of a run: metrics, MLflow run, checkpoint (and ``folder_line`` where the run got a
-    folder of its own beside an earlier run's), and the ``mlflow ui`` command."""
-    dm = trainer.datamodule
-    final = next((cb.final for cb in trainer.callbacks if isinstance(cb, ExplorationLogger)), {})
-    shown = "  ".join(f"{name.rsplit('/', 1)[-1]}={final[name]:.4f}" for name in SUMMARY_METRICS if name in final)
-    interrupted = any(getattr(cb, "interrupted", False) for cb in trainer.callbacks)
-    lines = [f"{'stopped (Ctrl-C)' if interrupted else 'done'}: {dm.frames} env frames of {dm.env_id}  {shown}"]
-    for logger in trainer.loggers:
-        if isinstance(logger, SUNMLFlowLogger):  # its lines survive a store that failed during the run
-            lines.extend(logger.summary_lines())
-    checkpoint = trainer.checkpoint_callback
-    if checkpoint is not None and getattr(checkpoint, "last_model_path", ""):
-        lines.append(f"checkpoint: {Path(checkpoint.last_model_path).resolve()}  "
-                     f"(continue or resume: --ckpt_path {checkpoint.last_model_path})")
-        if folder_line:
-            lines.append(folder_line)
-    return "\n".join(lines)
-
-
-def _choose_folder(config: Namespace, base: str | Path) -> int:
-    """Set ``checkpoint.dirpath`` to the run's folder under ``base`` and return its number (0: ``base``).
-
-    A fresh run never writes into a folder that holds another run's checkpoints (it gets ``<base>-v<N>``);
-    ``--ckpt_path last`` continues the newest run of the name; a named checkpoint of one of these folders
-    continues in its own folder (:mod:`sun_lightning.checkpoints.run_folders`).
-    """
-    ckpt_path = config.get("ckpt_path")
-    if ckpt_path == "last":
-        folder, number = run_folders.newest_folder(base)
-    else:
-        own = run_folders.folder_of(ckpt_path, base) if ckpt_path else None
-        folder, number = own or run_folders.fresh_folder(base)
-    config.checkpoint.dirpath = str(folder)
-    return number
-
-
-def _check_checkpoint(config: Namespace, seed: int | None, method: str) -> None:
-    """Verify the checkpoint ``--ckpt_path`` names (``last``: the newest intact one of the run, with a note where
-    that is not ``last.ckpt``) and refuse one another run wrote, before anything is built."""
-    folder = config.checkpoint.get("dirpath") if config.get("checkpoint") is not None else None
-    path, run, note = resolve_checkpoint(str(config.ckpt_path), folder)
-    if note:
-        print(note, file=sys.stderr, flush=True)
-    if path == "last":
-        return  # the run has no checkpoint yet: Lightning starts it (a first launch with --ckpt_path last)
-    config.ckpt_path = path
-    if config.get("weights_only") is None:
-        config.weights_only = True  # tensors and plain containers only (docs/faults.md: checkpoints are code)
-    state = read_checkpoint(path, config.weights_only)  # refused here in one line, not inside Lightning's load
-    check_fits(path, run if run is not None else recorded_identity(state), asked_identity(config, seed, method))
-
-
-def _resumed_run(config: Namespace) -> str | None:
-    """The MLflow run id held by the checkpoint ``fit --ckpt_path`` resumes from, if any (``last``: the run's own)."""
-    path = config.get("ckpt_path")
-    if not path:
-        return None
-    if path == "last":  # no checkpoint yet (else it is resolved by now): the MLflow run a killed launch began
-        marker = Path(config.checkpoint.dirpath) / MLFLOW_RUN_FILE
-        try:
-            return json.loads(marker.read_text())["run_id"]
-        except (OSError, ValueError, KeyError):
-            return None
-    if not Path(path).is_file():
-        return None  # Lightning reports a missing checkpoint itself
-    return mlflow_run_of(path)
 
 
 def _innermost_message(error: BaseException) -> str:

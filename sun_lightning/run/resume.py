@@ -1,0 +1,65 @@
+"""What a launch continues, decided before anything is built: the run's checkpoint folder (a fresh run never
+writes into another run's), the checkpoint ``--ckpt_path`` names (verified, and refused if another run wrote it),
+and the MLflow run it continues."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from jsonargparse import Namespace
+
+from sun_lightning.callbacks.checkpoint import MLFLOW_RUN_FILE, mlflow_run_of
+from sun_lightning.checkpoints import run_folders
+from sun_lightning.checkpoints.identity import asked_identity, check_fits, recorded_identity
+from sun_lightning.checkpoints.integrity import resolve_checkpoint
+from sun_lightning.checkpoints.safe_pickle import read_checkpoint
+
+def choose_folder(config: Namespace, base: str | Path) -> int:
+    """Set ``checkpoint.dirpath`` to the run's folder under ``base`` and return its number (0: ``base``).
+
+    A fresh run never writes into a folder that holds another run's checkpoints (it gets ``<base>-v<N>``);
+    ``--ckpt_path last`` continues the newest run of the name; a named checkpoint of one of these folders
+    continues in its own folder (:mod:`sun_lightning.checkpoints.run_folders`).
+    """
+    ckpt_path = config.get("ckpt_path")
+    if ckpt_path == "last":
+        folder, number = run_folders.newest_folder(base)
+    else:
+        own = run_folders.folder_of(ckpt_path, base) if ckpt_path else None
+        folder, number = own or run_folders.fresh_folder(base)
+    config.checkpoint.dirpath = str(folder)
+    return number
+
+
+def check_checkpoint(config: Namespace, seed: int | None, method: str) -> None:
+    """Verify the checkpoint ``--ckpt_path`` names (``last``: the newest intact one of the run, with a note where
+    that is not ``last.ckpt``) and refuse one another run wrote, before anything is built."""
+    folder = config.checkpoint.get("dirpath") if config.get("checkpoint") is not None else None
+    path, run, note = resolve_checkpoint(str(config.ckpt_path), folder)
+    if note:
+        print(note, file=sys.stderr, flush=True)
+    if path == "last":
+        return  # the run has no checkpoint yet: Lightning starts it (a first launch with --ckpt_path last)
+    config.ckpt_path = path
+    if config.get("weights_only") is None:
+        config.weights_only = True  # tensors and plain containers only (docs/faults.md: checkpoints are code)
+    state = read_checkpoint(path, config.weights_only)  # refused here in one line, not inside Lightning's load
+    check_fits(path, run if run is not None else recorded_identity(state), asked_identity(config, seed, method))
+
+
+def resumed_run(config: Namespace) -> str | None:
+    """The MLflow run id held by the checkpoint ``fit --ckpt_path`` resumes from, if any (``last``: the run's own)."""
+    path = config.get("ckpt_path")
+    if not path:
+        return None
+    if path == "last":  # no checkpoint yet (else it is resolved by now): the MLflow run a killed launch began
+        marker = Path(config.checkpoint.dirpath) / MLFLOW_RUN_FILE
+        try:
+            return json.loads(marker.read_text())["run_id"]
+        except (OSError, ValueError, KeyError):
+            return None
+    if not Path(path).is_file():
+        return None  # Lightning reports a missing checkpoint itself
+    return mlflow_run_of(path)
