@@ -2,7 +2,8 @@
 # A comparison study on a lent GPU machine, in one command, its MLflow store brought back.
 #
 # Usage, from the repository root: bash bench/gpu_study.sh SECONDS COMPARE-ARGS... [-- FIT-ARGS...]
-# runs `python -m sun_lightning.compare COMPARE-ARGS` with every run on the GPU; after SECONDS the runner is
+# runs `python -m sun_lightning.compare COMPARE-ARGS` with every run on a GPU share (GPUS_PER_RUN, default 1;
+# 0.25 packs four runs onto each GPU, and --jobs defaults to what fits); after SECONDS the runner is
 # stopped as Ctrl-C stops it (each running run saves a checkpoint and its MLflow run is marked KILLED).
 # The store (mlruns/: the SQLite database and the runs' artifacts), the runner's output and the runs'
 # logs come back in $OUT/study.tar.gz; a finished run there is a FINISHED MLflow run like any other.
@@ -22,11 +23,11 @@ fi
 $PY -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
 nproc
 args=("$@")
-if [[ " ${args[*]} " != *" -- "* ]]; then args+=(--); fi
-accel=(--trainer.accelerator gpu --trainer.devices 1)
-$PY -c "import torch, sys; sys.exit(not torch.cuda.is_available())" || accel=()
+if $PY -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
+  args=(--gpus-per-run "${GPUS_PER_RUN:-1}" "${args[@]}")
+fi
 start=$SECONDS
-timeout -s TERM -k 120 "$budget" $PY -m sun_lightning.compare "${args[@]}" "${accel[@]}" 2>&1 | tee "$OUT/compare.log"
+timeout -s TERM -k 120 "$budget" $PY -m sun_lightning.compare "${args[@]}" 2>&1 | tee "$OUT/compare.log"
 echo "=== compare exit ${PIPESTATUS[0]} after $((SECONDS - start)) s ==="
 tar -czf "$OUT/study.tar.gz" mlruns $(ls -d results 2>/dev/null) "$OUT/compare.log" 2>/dev/null
 ls -la "$OUT"

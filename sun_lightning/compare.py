@@ -42,6 +42,7 @@ from sun_lightning.methods import METHODS, method_args
 from sun_lightning.results.report import fmt, fmt_percent, label, summarize, write_report
 from sun_lightning.results.runs import RunRecord, finished_runs, load_snapshot
 from sun_lightning.results.study import averaged_relative, write_study
+from sun_lightning.study.gpus import GpuSlots, accelerator_args, check_share, visible_gpus
 from sun_lightning.study.local import StudyInterrupted, run_local
 from sun_lightning.study.plan import (PAPER_CONFIGS, PAPER_METHODS, RunSpec, budget_args, config_env_id,
                                       parse_grid, plan)
@@ -160,11 +161,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="scale every config's frames, warm-up, logging and checkpoint periods (0.1: a smoke study)")
     parser.add_argument("--launcher", choices=["local", "ray"], default="local",
                         help="local: processes, --jobs at a time; ray: a Ray task per run (pip install -e '.[ray]')")
-    parser.add_argument("--jobs", type=int, default=1, help="runs at once (local launcher)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="runs at once (local launcher; default 1, or as many as --gpus-per-run packs onto the GPUs)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--address", default=None, help="Ray cluster: auto or ray://host:port (default: a local one)")
     parser.add_argument("--cpus-per-run", type=float, default=1.0, help="CPUs a Ray task holds")
-    parser.add_argument("--gpus-per-run", type=float, default=0.0, help="GPUs a Ray task holds")
+    parser.add_argument("--gpus-per-run", type=float, default=0.0,
+                        help="GPUs each run holds and trains on: a fraction packs runs onto one GPU (0.25: four per "
+                             "GPU), a whole number gives each run its own (default 0: the CPU)")
     parser.add_argument("--retries", type=int, default=3, help="Ray retries of a run whose worker died")
     parser.add_argument("--experiment", default=None,
                         help="MLflow experiment (default: compare-<config name>, study-<config names>, study-paper)")
@@ -180,6 +184,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
             parser.error(f"config file not found: {config}")
     if not args.budget_scale > 0:
         parser.error(f"--budget-scale must be positive, got {args.budget_scale}")
+    if args.jobs is not None and args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    if args.gpus_per_run:
+        try:
+            check_share(args.gpus_per_run)
+        except ValueError as error:
+            parser.error(str(error))
     try:
         args.grid = parse_grid(args.grid)
         args.specs = plan(args.configs, args.methods, args.grid, args.seeds, method_args)
@@ -203,6 +214,13 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     extra = tuple(argv[argv.index("--") + 1:]) if "--" in argv else ()
     args = parse(argv[: argv.index("--")] if "--" in argv else argv)
+    slots = None
+    if args.gpus_per_run and args.launcher == "local" and not args.report_only:
+        try:
+            slots = GpuSlots(visible_gpus(), args.gpus_per_run)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            sys.exit(2)
     uri = absolute_uri(args.tracking_uri or local_store_uri())  # Ray workers start in other folders
     if uri == local_store_uri():
         MLFLOW_DIR.mkdir(exist_ok=True)
@@ -236,8 +254,10 @@ def main(argv: list[str] | None = None) -> None:
         def scaled(config: str) -> tuple[str, ...]:
             return budget_args(config, args.budget_scale)
 
+        gpu_args = accelerator_args(args.gpus_per_run) if args.gpus_per_run else ()
+
         def run_extra(spec: RunSpec) -> tuple[str, ...]:
-            return scaled(spec.config) + extra  # the user's arguments last: they win
+            return scaled(spec.config) + gpu_args + extra  # the user's arguments last: they win
 
         log_dir = MLFLOW_DIR / "logs" / args.experiment
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -245,8 +265,9 @@ def main(argv: list[str] | None = None) -> None:
             failed = run_ray(todo, args.experiment, uri, run_extra, log_dir, args.address, args.cpus_per_run,
                              args.gpus_per_run, args.threads, args.retries, nest)
         else:
+            jobs = args.jobs or (slots.capacity if slots else 1)
             try:
-                failed = run_local(todo, args.experiment, uri, run_extra, log_dir, args.jobs, args.threads, nest)
+                failed = run_local(todo, args.experiment, uri, run_extra, log_dir, jobs, args.threads, nest, slots)
             except StudyInterrupted as stop:
                 client.update_run(parent, status="KILLED")
                 print(f"interrupted: {stop}; each saved a checkpoint, and the same command resumes the study",

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from sun_lightning.study.gpus import GpuSlots
 from sun_lightning.study.plan import RunSpec, checkpoint_dir, fit_args, start_fit
 
 
@@ -58,12 +59,14 @@ class _ForwardStop:
 
 
 def run_local(specs: list[RunSpec], experiment: str, tracking_uri: str, extra: Callable[[RunSpec], tuple[str, ...]],
-              log_dir: Path, jobs: int, threads: int, on_finished: Callable[[str], None]) -> list[str]:
+              log_dir: Path, jobs: int, threads: int, on_finished: Callable[[str], None],
+              gpus: GpuSlots | None = None) -> list[str]:
     """Run ``specs``, ``jobs`` at a time, in the current folder.
 
     Args:
         extra: the ``fit`` arguments added to a run's own (budget scaling, the arguments after ``--``).
         on_finished: called with each run's name when its process exits 0.
+        gpus: the GPUs to pack the runs onto (a run starts only when its share is free), or ``None``.
 
     Returns:
         ``"<run name> (exit <code>, log <path>)"`` of every run whose process failed.
@@ -75,19 +78,26 @@ def run_local(specs: list[RunSpec], experiment: str, tracking_uri: str, extra: C
     with _ForwardStop(running) as stop:
         while (queue and not stop.requests) or running:
             while queue and len(running) < jobs and not stop.requests:
+                devices = gpus.acquire() if gpus else ()
+                if devices is None:
+                    break
                 spec = queue.pop(0)
                 log_path = log_dir / f"{spec.name}.log"
                 process, log, resumed = start_fit(fit_args(spec, experiment, tracking_uri, extra(spec)),
-                                                  checkpoint_dir(experiment, spec.name), Path.cwd(), log_path, threads)
-                running.append((spec.name, process, log, time.perf_counter()))
-                print(f"{'resumed' if resumed else 'started'} {spec.name} (log {log_path})", flush=True)
+                                                  checkpoint_dir(experiment, spec.name), Path.cwd(), log_path, threads,
+                                                  environ=GpuSlots.environment(devices) if devices else None)
+                running.append((spec.name, process, log, time.perf_counter(), devices))
+                where = f" on GPU {','.join(devices)}" if devices else ""
+                print(f"{'resumed' if resumed else 'started'} {spec.name}{where} (log {log_path})", flush=True)
             time.sleep(0.5)
             for entry in list(running):
-                name, process, log, start = entry
+                name, process, log, start, devices = entry
                 if process.poll() is None:
                     continue
                 running.remove(entry)
                 log.close()
+                if devices:
+                    gpus.release(devices)
                 minutes = (time.perf_counter() - start) / 60
                 if stop.requests:
                     stopped.append(name)

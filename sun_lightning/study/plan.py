@@ -158,12 +158,15 @@ def _resumed_file(folder: Path) -> Path:
 
 
 def start_fit(args: list[str], ckpt_dir: Path, cwd: Path, log_path: Path, threads: int,
-              attempt_note: str = "") -> tuple[subprocess.Popen, object, bool]:
+              attempt_note: str = "", environ: dict[str, str] | None = None) -> tuple[subprocess.Popen, object, bool]:
     """Start one run in ``cwd`` as a child process, appending its output to ``log_path``.
 
     A run whose folder holds a checkpoint (an interrupted study, a Ray task retried after its worker died)
     continues from the newest intact one with ``--ckpt_path last``, in the same MLflow run (a fresh launch
     there would get a folder of its own: :mod:`sun_lightning.checkpoints.run_folders`).
+
+    Args:
+        environ: variables set for the run on top of this process's (its GPUs: ``CUDA_VISIBLE_DEVICES``).
 
     Returns:
         The process, the open log file and whether the run resumes.
@@ -173,10 +176,12 @@ def start_fit(args: list[str], ckpt_dir: Path, cwd: Path, log_path: Path, thread
     argv = [sys.executable, *args, *(("--ckpt_path", "last") if resumed else ())]
     path = os.environ.get("PYTHONPATH")
     env = dict(os.environ, OMP_NUM_THREADS=str(threads),
-               PYTHONPATH=str(PACKAGE_ROOT) + (os.pathsep + path if path else ""))
+               PYTHONPATH=str(PACKAGE_ROOT) + (os.pathsep + path if path else ""), **(environ or {}))
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "a")
-    log.write(f"== {'resuming from ' + str(_resumed_file(folder).relative_to(cwd)) if resumed else 'starting'}{attempt_note}\n")
+    gpus = f" on GPU {environ['CUDA_VISIBLE_DEVICES']}" if environ and "CUDA_VISIBLE_DEVICES" in environ else ""
+    log.write(f"== {'resuming from ' + str(_resumed_file(folder).relative_to(cwd)) if resumed else 'starting'}"
+              f"{gpus}{attempt_note}\n")
     log.flush()
     # A process group of its own: a terminal's Ctrl-C reaches the run through the runner, which passes it on and
     # waits for the run's checkpoint (sun_lightning.study.local), not beside the runner's own exit.
