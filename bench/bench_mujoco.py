@@ -15,6 +15,7 @@ at least 0.8).
 
     python bench/bench_mujoco.py
     python bench/bench_mujoco.py --maze AntMazeS --world-steps 20000
+    python bench/bench_mujoco.py --maze AntMazeS --worlds 16 64 --threads 1 8 16   # a many-core machine
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def main() -> None:
     parser.add_argument("--maze", default="AntMazeH", choices=sorted(MAZES))
     parser.add_argument("--world-steps", type=int, default=6000, help="world-steps per timed run")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--worlds", type=int, nargs="+", default=list(WORLDS))
+    parser.add_argument("--threads", type=int, nargs="+", default=list(THREADS))
     args = parser.parse_args()
     model = maze_model(args.maze)
     rng = np.random.default_rng(0)
@@ -57,7 +60,7 @@ def main() -> None:
     print(f"{args.maze}: {FRAME_SKIP} mj_step per world-step, integrator "
           f"{mujoco.mjtIntegrator(model.opt.integrator).name}, timestep {model.opt.timestep}")
     print(f"{'worlds':>6} {'loop':>8} {'threads':>7} {'batch':>8} {'env':>8} {'batch ratio':>11} {'env ratio':>9}")
-    for n in WORLDS:
+    for n in args.worlds:
         calls = max(args.world_steps // n, 20)
         controls = rng.uniform(-1, 1, size=(min(calls, 500), n, model.nu))
         datas = [mujoco.MjData(model) for _ in range(n)]
@@ -72,7 +75,7 @@ def main() -> None:
                     mujoco.mj_step(model, d)
 
         loop_rate = best_rate(loop, calls, args.repeat, n)
-        for threads in THREADS:
+        for threads in args.threads:
             batch = mujoco.batch.Batch(model, n, threads)
             batch.bind("qpos")[:] = stand
             ctrl = batch.bind("ctrl")
@@ -89,7 +92,7 @@ def main() -> None:
 
             batch_rate = best_rate(batch_step, calls, args.repeat, n)
             env_rate = best_rate(env_step, calls, args.repeat, n)
-            loop_col = f"{loop_rate:>8,.0f}" if threads == THREADS[0] else " " * 8
+            loop_col = f"{loop_rate:>8,.0f}" if threads == args.threads[0] else " " * 8
             print(f"{n:>6} {loop_col} {threads:>7} {batch_rate:>8,.0f} {env_rate:>8,.0f} "
                   f"{batch_rate / (threads * loop_rate):>11.2f} {env_rate / (threads * loop_rate):>9.2f}")
 

@@ -6,6 +6,9 @@ The update is timed on batches drawn from the config's replay storage filled by 
 maxout 4 × 1024). The whole run is a full ``fit`` of the config in a fresh process (``loop_driver.py``),
 learning phase only, with ``--trainer.precision`` set to each precision.
 
+On CUDA each learner is timed eagerly and as CUDA graphs (``model.init_args.cuda_graph``), each
+precision with its own capture.
+
 Usage: python bench/bench_td3.py [--configs conf/point_maze_s.yaml conf/antmaze.yaml] [--updates 20]
        [--device cpu|cuda] [--threads 2] [--frames 0]
 """
@@ -35,8 +38,10 @@ def prepare(config: str, device: str):
     return cli.model.to(cli.datamodule.storage.device), cli.datamodule  # (fit ends with the module on the CPU)
 
 
-def standalone(learner):
-    """The learner stepped outside the Trainer: its own optimizers and a plain backward."""
+def standalone(learner, graph: bool = False):
+    """The learner stepped outside the Trainer: its own (fresh) optimizers, a plain backward, its update eager
+    or as CUDA graphs captured afresh."""
+    learner.hparams.cuda_graph = graph
     opts = learner.configure_optimizers()
     learner.optimizers = lambda: opts
     learner.manual_backward = lambda loss, **kwargs: loss.backward(**kwargs)
@@ -44,7 +49,8 @@ def standalone(learner):
 
 
 def time_updates(learner, dm, updates: int, precision: str, device: str) -> float:
-    """Median seconds per update (after 3 untimed ones) on 8 batches drawn from D, cycled."""
+    """Median seconds per update (after the untimed ones that warm up and capture each plan) on 8 batches
+    drawn from D, cycled."""
     import torch
 
     m = learner.batches_per_update
@@ -52,7 +58,8 @@ def time_updates(learner, dm, updates: int, precision: str, device: str) -> floa
     context = (lambda: torch.autocast(device, dtype=torch.bfloat16)) if precision == "bf16-mixed" else nullcontext
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     times = []
-    for i in range(updates + 3):
+    untimed = 3 if learner._graphs is None else 3 + 2 * 3  # two plans, three warm-up calls each
+    for i in range(updates + untimed):
         sync()
         start = time.perf_counter()
         with context():
@@ -60,7 +67,7 @@ def time_updates(learner, dm, updates: int, precision: str, device: str) -> floa
         learner.flush_finite_checks()
         sync()
         times.append(time.perf_counter() - start)
-    return statistics.median(times[3:])
+    return statistics.median(times[untimed:])
 
 
 def main() -> None:
@@ -87,14 +94,18 @@ def main() -> None:
         hp = {k: v for k, v in single.hparams.items() if k != "goal_space" and not k.startswith("_")}
         ensemble = EnsembleTD3SVF(single.goal_space, **hp).to(single.device)
         ensemble.obs_stats.load_state_dict(single.obs_stats.state_dict())
-        for name, learner in (("single", standalone(single)), ("ensemble of 4", standalone(ensemble))):
+        modes = ("eager", "graph") if args.device == "cuda" else ("eager",)
+        for name, learner in (("single", single), ("ensemble of 4", ensemble)):
             for precision in PRECISIONS:
-                ms = 1000 * time_updates(learner, dm, args.updates, precision, args.device)
-                rows.append((config, name, precision, ms))
-                print(f"{config:<24s} {name:<14s} {precision:<11s} {ms:8.1f} ms/update {1000 / ms:7.1f} updates/s",
-                      flush=True)
+                for mode in modes:
+                    ms = 1000 * time_updates(standalone(learner, mode == "graph"), dm, args.updates, precision,
+                                             args.device)
+                    rows.append((config, name, precision, mode, ms))
+                    print(f"{config:<24s} {name:<14s} {precision:<11s} {mode:<6s} {ms:8.2f} ms/update "
+                          f"{1000 / ms:7.1f} updates/s", flush=True)
         if args.compile:
             single.hparams.compile_targets = True
+            standalone(single)
             for precision in PRECISIONS:
                 ms = 1000 * time_updates(single, dm, args.updates, precision, args.device)
                 print(f"{config:<24s} {'single, compiled targets':<14s} {precision:<11s} {ms:8.1f} ms/update", flush=True)
@@ -109,12 +120,12 @@ def main() -> None:
                       f"{out['updates'] / out['seconds']:7.1f} updates/s", flush=True)
     print("\nsummary (ms per update):")
     for config in args.configs:
-        got = {(name, p): ms for c, name, p, ms in rows if c == config}
-        single32, single16 = got[("single", PRECISIONS[0])], got[("single", PRECISIONS[1])]
-        ens16 = got[("ensemble of 4", PRECISIONS[1])]
-        print(f"{config}: single fp32 {single32:.1f}, bf16 {single16:.1f} ({single32 / single16:.2f}x); "
-              f"ensemble fp32 {got[('ensemble of 4', PRECISIONS[0])]:.1f}, bf16 {ens16:.1f} "
-              f"(ensemble / single in bf16: {ens16 / single16:.2f}x)")
+        got = {(name, p, mode): ms for c, name, p, mode, ms in rows if c == config}
+        for mode in modes:
+            single32, single16 = got[("single", PRECISIONS[0], mode)], got[("single", PRECISIONS[1], mode)]
+            ens32, ens16 = got[("ensemble of 4", PRECISIONS[0], mode)], got[("ensemble of 4", PRECISIONS[1], mode)]
+            print(f"{config} {mode}: single fp32 {single32:.2f}, bf16 {single16:.2f} ({single32 / single16:.2f}x); "
+                  f"ensemble fp32 {ens32:.2f}, bf16 {ens16:.2f} (ensemble / single in bf16: {ens16 / single16:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -1,33 +1,64 @@
 #!/usr/bin/env bash
-# The GPU checks in one command (at most 8 minutes) on a machine with a CUDA GPU:
-# the CUDA tests, bench/bench_td3.py on CUDA (float32 and bf16, single and ensemble), and a short
-# AntMaze-S fit on the GPU; ends with one summary. Logs go to $OUT (default /tmp/gpu_check).
+# The GPU checks in one command (at most 8 minutes) on a machine with a CUDA GPU, ending with one summary:
+#  1. the CUDA tests (tests/system/test_cuda.py: captured update = eager, no host reads, resume with graphs);
+#  2. the TD3 update at AntMaze-S's sizes, eager and as CUDA graphs, single and 4-critic ensemble, fp32 and bf16;
+#  3. the ant maze's env step on 1, 8 and 16 threads (the batched MuJoCo envs use every core by default);
+#  4. AntMaze-S fits on the GPU: one update per frame, one per 4 frames, and 4 runs of the latter on one GPU at
+#     once (the comparison runner's --gpus-per-run 0.25 packs runs the same way).
+# Logs go to $OUT (default /tmp/gpu_check).
 #
 # Usage, from the repository root: bash bench/gpu_check.sh
 # Packages the machine lacks can be carried as wheels in .whl/ (installed to /tmp/site first).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_check}
+PY=${PY:-python3}
 mkdir -p "$OUT"
 unset MUJOCO_GL
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+if ! $PY -c "import torchrl, mlflow, mujoco" 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
-python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" | tee "$OUT/device.log"
-
+$PY -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" | tee "$OUT/device.log"
+echo "$(nproc) cores" | tee -a "$OUT/device.log"
 start=$SECONDS
-timeout 200 python3 -m pytest tests/system/test_cuda.py -q -p no:cacheprovider -W ignore 2>&1 | tee "$OUT/tests.log" | tail -20
+
+timeout 170 $PY -m pytest tests/system/test_cuda.py -q -o addopts="" -p no:cacheprovider -W ignore 2>&1 | tee "$OUT/tests.log" | tail -20
 tests=$(grep -E "passed|failed|error" "$OUT/tests.log" | tail -1)
 
-(cd bench && timeout 170 python3 bench_td3.py --device cuda --updates 30 --threads 8) 2>&1 | tee "$OUT/bench_td3.log" | grep -v -i warn
+(cd bench && timeout 110 $PY bench_td3.py --device cuda --configs conf/antmaze.yaml --updates 30 --threads 8) 2>&1 \
+  | tee "$OUT/bench_td3.log" | grep -v -i warn
 
-timeout 100 python3 -m sun_lightning fit --config conf/antmaze.yaml --trainer.accelerator gpu --trainer.devices 1 \
-  --data.total_frames 5000 --data.updates_per_frame 1 --metrics.log_every_frames 1000 --trainer.logger false \
-  --trainer.enable_progress_bar false --trainer.enable_checkpointing false 2>&1 | tee "$OUT/fit.log" | grep -v -i warn | tail -8
+timeout 40 $PY bench/bench_mujoco.py --maze AntMazeS --worlds 16 64 --threads 1 8 16 --world-steps 3000 --repeat 2 \
+  2>&1 | tee "$OUT/bench_mujoco.log"
+
+fit() {  # fit SECONDS LOG FRAMES UPDATES_PER_FRAME [ARGS...]: AntMaze-S on the GPU, learning from frame 1 000
+  local seconds=$1 log=$2 frames=$3 rate=$4
+  shift 4
+  timeout "$seconds" $PY -m sun_lightning fit --config conf/antmaze.yaml --trainer.accelerator gpu \
+    --trainer.devices 1 --data.total_frames "$frames" --data.updates_per_frame "$rate" --eval.every_frames 0 \
+    --metrics.log_every_frames 2000 --trainer.logger false --trainer.enable_progress_bar false \
+    --checkpoint.every_frames 1000000 "$@" > "$log" 2>&1
+}
+fps() {  # the last logged window's env frames/s of each log (steady state, after the warm-up)
+  for log in "$@"; do grep -o "fps=[0-9]*" "$log" | tail -1 | cut -d= -f2; done
+}
+fit 70 "$OUT/fit_upf1.log" 16000 1
+fit 50 "$OUT/fit_upf025.log" 30000 0.25
+for i in 0 1 2 3; do
+  fit 70 "$OUT/fit_pack$i.log" 24000 0.25 --seed_everything "$i" --checkpoint.dirpath "/tmp/pack$i" &
+done
+wait
 
 echo "=== summary ($((SECONDS - start)) s) ==="
-head -1 "$OUT/device.log"
+cat "$OUT/device.log"
 echo "tests/system/test_cuda.py: ${tests:-no result}"
-grep -A3 "^summary" "$OUT/bench_td3.log" | tail -3
-grep -E "^precision|^done" "$OUT/fit.log" || echo "fit: no result (see $OUT/fit.log)"
+grep -A2 "^summary" "$OUT/bench_td3.log" | tail -2
+grep -E "^ *(16|64) " "$OUT/bench_mujoco.log" \
+  | awk 'NF == 7 {print "ant env steps/s, " $1 " worlds, " $3 " threads: " $5} NF == 6 {print "ant env steps/s, " $1 " worlds, " $2 " threads: " $4}'
+echo "AntMaze-S fit, 1 update per frame: $(fps "$OUT/fit_upf1.log") env frames/s"
+echo "AntMaze-S fit, 1 update per 4 frames: $(fps "$OUT/fit_upf025.log") env frames/s"
+pack=$(fps "$OUT"/fit_pack*.log | paste -sd+ -)
+total=$(fps "$OUT"/fit_pack*.log | awk '{s += $1} END {print s + 0}')
+echo "4 AntMaze-S runs on one GPU (1 update per 4 frames): ${pack:-none} = $total env frames/s in total"
+grep -h "cuda_graph\|Error\|error:" "$OUT"/fit_*.log | sort | uniq -c | head -5

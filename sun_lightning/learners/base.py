@@ -174,18 +174,21 @@ class Learner(pl.LightningModule):
         """Means of the training statistics since the last call (``train/...`` names)."""
         return {}
 
-    def check_finite(self, term: str, loss: torch.Tensor) -> None:
+    def check_finite(self, term: str, loss: torch.Tensor, update: int | None = None) -> None:
         """Stop with :class:`~sun_lightning.errors.NonFiniteLossError` before a NaN/inf ``loss`` reaches the networks.
 
         Called before every gradient step. On the CPU (and under DDP) the loss is read at once: one host
         read per loss, nothing next to an update's cost. On an accelerator a read per loss would stall the
         device queue every update, so the losses of a training step are read together at its end
         (:meth:`flush_finite_checks`): the run then stops after that step, with the bad update applied.
+
+        Args:
+            update: the update the loss belongs to, as the error names it (default: :attr:`updates`).
         """
         trainer = self._trainer
         distributed = trainer is not None and getattr(trainer, "world_size", 1) > 1
         if self.defers_checks(loss.device) and not distributed:
-            self._unchecked.append((term, self.updates, loss.detach()))
+            self._unchecked.append((term, self.updates if update is None else update, loss.detach()))
             return
         value = float(loss.detach())
         if distributed:
@@ -195,7 +198,7 @@ class Learner(pl.LightningModule):
             if float(strategy.reduce(bad, reduce_op="sum")) > 0 and math.isfinite(value):
                 value = math.nan  # another rank's loss (each rank's message names the same update)
         if not math.isfinite(value):
-            raise NonFiniteLossError(term, value, self.updates)
+            raise NonFiniteLossError(term, value, self.updates if update is None else update)
 
     @staticmethod
     def defers_checks(device: torch.device) -> bool:

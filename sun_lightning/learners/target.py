@@ -37,17 +37,30 @@ class TargetUpdate:
         self.tau, self.every = float(tau), int(every)
         self.calls = 0
 
-    @torch.no_grad()
     def __call__(self) -> bool:
         """Count one call; move the target if this call is due. Returns whether it moved."""
+        moved = self.due
+        self.advance()
+        if moved:
+            self.move()
+        return moved
+
+    @property
+    def due(self) -> bool:
+        """Whether the next call moves the target (a host-side schedule: a captured update bakes it in)."""
+        return (self.calls + 1) % self.every == 0
+
+    def advance(self) -> None:
+        """Count one call without moving (the move itself ran inside a captured update)."""
         self.calls += 1
-        if self.calls % self.every:
-            return False
+
+    @torch.no_grad()
+    def move(self) -> None:
+        """One Polyak step of every parameter, in place (no host reads: capturable)."""
         if self.tau == 1.0:
             torch._foreach_copy_(self.targets, self.sources)
         else:
             torch._foreach_lerp_(self.targets, self.sources, self.tau)
-        return True
 
     def state_dict(self) -> dict:
         return {"calls": self.calls}

@@ -14,6 +14,7 @@ from sun_lightning.domains import Fraction, NonNegativeFloat, OpenFraction, Posi
 from sun_lightning.envs.reach import goal_reached
 from sun_lightning.envs.registry import GoalSpace
 from sun_lightning.learners.base import Learner, TrainStats, frozen
+from sun_lightning.learners.graphs import UpdateGraphs, count_optimizer_steps, graph_blockers, uses_graphs
 from sun_lightning.learners.policy import GaussianNoisePolicy
 from sun_lightning.learners.target import TargetUpdate
 from sun_lightning.losses.td_lambda import watkins_lambda_returns
@@ -58,6 +59,10 @@ class TD3SVF(Learner):
             CPU). Both give the same targets.
         compile_targets: run the target actor and critic through ``torch.compile`` (fused elementwise work
             around the matrix products; the first updates pay the compilation).
+        cuda_graph: capture the update as CUDA graphs and replay them (:mod:`~sun_lightning.learners.graphs`):
+            ``auto`` on a CUDA device where nothing blocks it (DDP, loss scaling, compiled targets, compact
+            paths), ``true`` insists (an error names what blocks it), ``false`` never. The optimizers are then
+            capturable; the numbers are the eager update's within float rounding.
     """
 
     ddp_find_unused_parameters = True  # the critic's step leaves the actor out, and the actor's the critic
@@ -87,6 +92,7 @@ class TD3SVF(Learner):
         rbf_centres: PositiveInt = 20,
         paths: Literal["auto", "compact", "padded"] = "auto",
         compile_targets: bool = False,
+        cuda_graph: bool | Literal["auto"] = "auto",
     ) -> None:
         super().__init__(goal_space)
         if goal_space.discrete:
@@ -97,6 +103,7 @@ class TD3SVF(Learner):
             raise ValueError(f"policy_delay must be >= 1, got {policy_delay}")
         if paths not in ("auto", "compact", "padded"):
             raise ValueError(f"paths must be 'auto', 'compact' or 'padded', got {paths!r}")
+        uses_graphs(cuda_graph, [])  # the setting's spelling, at once
         self.save_hyperparameters(ignore=["goal_space"])
         self.sampler = FutureGoalSampler(batch_size, horizon, future_fraction)
         self.obs_stats = RunningMeanStd(goal_space.obs_dim)
@@ -110,6 +117,7 @@ class TD3SVF(Learner):
         self.actor_target_update = TargetUpdate(self.actor, self.actor_target, actor_tau, target_every)
         self.stats, self.actor_stats = TrainStats(TRAIN_STATS), TrainStats(ACTOR_STATS)
         self._compiled: tuple | None = None  # (actor', critic') compiled on first use; a tuple: not submodules
+        self._graphs: UpdateGraphs | None = None  # set by configure_optimizers where the update is captured
 
     def _encoders(self) -> tuple[StandardizedRBF, StandardizedRBF]:
         """φ(s) and φ(g) of one network: its own RBF layers over the shared running statistics (SPEC §5c)."""
@@ -159,31 +167,78 @@ class TD3SVF(Learner):
     # ---- learning ---------------------------------------------------------------------
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         hp = self.hparams
-        return [torch.optim.AdamW(self.critic.parameters(), lr=hp.lr, weight_decay=hp.weight_decay, fused=True),
-                torch.optim.AdamW(self.actor.parameters(), lr=hp.lr, weight_decay=hp.weight_decay, fused=True)]
+        graphed = uses_graphs(hp.cuda_graph, self.graph_blockers(self.device))
+        self._graphs = UpdateGraphs(self.update_step) if graphed else None
+        # capturable: the step count lives on the device, so a replayed step reads no host value
+        options = dict(lr=hp.lr, weight_decay=hp.weight_decay, fused=True, capturable=graphed)
+        return [torch.optim.AdamW(self.critic.parameters(), **options),
+                torch.optim.AdamW(self.actor.parameters(), **options)]
+
+    def graph_blockers(self, device: torch.device) -> list[str]:
+        """Why the update cannot be captured on ``device`` (:func:`~sun_lightning.learners.graphs.graph_blockers`
+        and what is TD3's own)."""
+        reasons = graph_blockers(self, device)
+        if self.hparams.compile_targets:
+            reasons.append("compile_targets compiles with dynamic shapes")
+        if not self.padded(device):
+            reasons.append("paths=compact gives the bootstraps data-dependent shapes")
+        return reasons
 
     def update(self, batch: TensorDictBase) -> None:
-        """One TD3 update: the critic's step; every ``policy_delay`` updates the actor's; the targets' Polyak steps."""
-        critic_opt, actor_opt = self.optimizers()
-        loss, stats = self.critic_loss(batch)
-        self.check_finite("train/loss/td", loss)
-        critic_opt.zero_grad(set_to_none=True)
-        self.manual_backward(loss)
-        critic_opt.step()
+        """One TD3 update: the critic's step; every ``policy_delay`` updates the actor's; the targets' Polyak
+        steps — eagerly, or as the captured graph of this update's plan."""
+        plan = ((self.updates + 1) % self.hparams.policy_delay == 0,  # the actor's step
+                self.critic_target_update.due, self.actor_target_update.due)
+        if self._graphs is None:
+            out = self.update_step(batch, plan, checked=True)
+        else:
+            out = self._graphs(batch, plan)
+            optimizers = self.optimizers()
+            count_optimizer_steps(optimizers if plan[0] else optimizers[:1])
+            # read together at the training step's end (Learner.flush_finite_checks), after the update applied
+            self.check_finite("train/loss/td", out["stats"][0])
+            if plan[0]:
+                self.check_finite("train/loss/actor", out["actor"][0], self.updates + 1)
         self.updates += 1
-        self.stats.add(stats)
-        if self.updates % self.hparams.policy_delay == 0:
+        self.stats.add(out["stats"])
+        if plan[0]:
+            self.actor_stats.add(out["actor"])
+        self.critic_target_update.advance()
+        self.actor_target_update.advance()
+
+    def update_step(self, batch: TensorDictBase, plan: tuple[bool, bool, bool],
+                    checked: bool = False) -> dict[str, torch.Tensor]:
+        """The steps of one update that ``plan`` names — (the actor's step, the critic target's move, the actor
+        target's move) — reading no host value unless ``checked`` (the losses' finiteness before each step,
+        and Lightning's optimizer wrappers: the eager update). Returns the critic's statistics (``stats``,
+        :data:`TRAIN_STATS`) and, with the actor's step, its loss (``actor``, ``[1]``)."""
+        actor_step, move_critic, move_actor = plan
+        optimizers = self.optimizers()
+        critic_opt, actor_opt = optimizers if checked else [getattr(o, "optimizer", o) for o in optimizers]
+        backward = self.manual_backward if checked else torch.Tensor.backward
+        loss, stats = self.critic_loss(batch)
+        if checked:
+            self.check_finite("train/loss/td", loss)
+        critic_opt.zero_grad(set_to_none=True)
+        backward(loss)
+        critic_opt.step()
+        out = {"stats": stats}
+        if actor_step:
             # The critic is held fixed: frozen, so that its parameters are outside the actor loss's graph
             # (DDP then sees them unused in this backward, as in the critic's backward the actor's are).
             with frozen(self.critic):
                 actor_loss = self.actor_loss(batch)
-                self.check_finite("train/loss/actor", actor_loss)
+                if checked:
+                    self.check_finite("train/loss/actor", actor_loss, self.updates + 1)
                 actor_opt.zero_grad(set_to_none=True)
-                self.manual_backward(actor_loss)
+                backward(actor_loss)
             actor_opt.step()
-            self.actor_stats.add(actor_loss.detach().reshape(1))
-        self.critic_target_update()
-        self.actor_target_update()
+            out["actor"] = actor_loss.detach().reshape(1)
+        if move_critic:
+            self.critic_target_update.move()
+        if move_actor:
+            self.actor_target_update.move()
+        return out
 
     def critic_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """MSE of Q(s_t, a_t, g) against the TD(λ) target, and its statistics ``[len(TRAIN_STATS)]``."""

@@ -57,3 +57,71 @@ def test_td3_variant_trains_on_cuda_in_bf16_without_host_syncs(learner, tmp_path
         torch.cuda.set_sync_debug_mode("default")
     model.flush_finite_checks()
     assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("cls", ["TD3SVF", "EnsembleTD3SVF"])
+def test_captured_update_equals_the_eager_one_and_reads_nothing_back(cls):
+    """The update as CUDA graphs (one per plan, after their warm-up) takes the eager update's steps on the same
+    batches, to float rounding, and a replayed update reads nothing back to the host."""
+    from sun_lightning.learners.ensemble_td3 import EnsembleTD3SVF
+    from sun_lightning.learners.td3 import TD3SVF
+    from sun_lightning.replay.future import FutureGoalSampler
+    from tests.unit.learners.test_td3 import SPACE, storage_of_walks
+
+    learner_cls = {"TD3SVF": TD3SVF, "EnsembleTD3SVF": EnsembleTD3SVF}[cls]
+    learners = []
+    for graph in (False, True):
+        torch.manual_seed(0)
+        learner = learner_cls(SPACE, cuda_graph=graph, target_noise=0.0).cuda()
+        opts = learner.configure_optimizers()
+        learner.optimizers = lambda opts=opts: opts
+        learner.manual_backward = lambda loss, **kwargs: loss.backward(**kwargs)
+        learners.append(learner)
+    eager, graphed = learners
+    assert eager._graphs is None and graphed._graphs is not None
+    storage, g = storage_of_walks(steps=400, capacity=400), torch.Generator().manual_seed(1)
+    sampler = FutureGoalSampler(batch_size=256, horizon=50)
+    count = eager.batches_per_update if eager.batches_per_update > 1 else None
+    batches = [sampler.sample(storage, generator=g, count=count).to("cuda") for _ in range(12)]
+    for batch in batches[:8]:  # two plans, three warm-up calls each: both captured by the sixth update
+        eager.update(batch)
+        graphed.update(batch)
+    assert all(step.graph is not None for step in graphed._graphs.graphs.values())
+    assert len(graphed._graphs.graphs) == 2
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for batch in batches[8:]:
+            graphed.update(batch)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for batch in batches[8:]:
+        eager.update(batch)
+    eager.flush_finite_checks()
+    graphed.flush_finite_checks()
+    for (name, a), b in zip(eager.state_dict().items(), graphed.state_dict().values()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=name)
+    assert eager.pop_train_metrics().keys() == graphed.pop_train_metrics().keys()
+
+
+def test_a_fit_with_graphs_resumes_to_the_same_numbers(tmp_path, monkeypatch):
+    """PointMaze-S on the GPU with the captured update, killed after a checkpoint and resumed: the final
+    metrics of the run that was never interrupted (to float rounding: a resumed run captures anew)."""
+    import math
+
+    from tests.integration.test_resume import _args, _final, _kill_after
+
+    monkeypatch.chdir(tmp_path)
+    args = _args("point_maze_s.yaml", 1600, 800, 400, "--data.num_envs", "4", "--trainer.accelerator", "gpu",
+                 "--trainer.devices", "1", "--model.init_args.cuda_graph", "true")
+    cli = main(args)
+    whole = _final(cli)
+    assert cli.model._graphs is not None and cli.model._graphs.graphs
+    folder = tmp_path / "checkpoints" / "PointMazeS-sun-seed0"
+    for path in folder.iterdir():
+        path.unlink()
+    _kill_after(args, folder / "frames=000001200.ckpt", tmp_path)
+    resumed = _final(main([*args, "--ckpt_path", "last"]))
+    assert resumed.keys() == whole.keys()
+    for name, value in whole.items():
+        assert math.isclose(resumed[name], value, rel_tol=1e-3, abs_tol=1e-4), (name, resumed[name], value)
