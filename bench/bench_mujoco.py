@@ -8,6 +8,8 @@ For 1, 8 and 64 worlds of one maze model (AntMaze-H by default), each world-step
   ``nstep = frame_skip``), the physics alone;
 * ``env``: :meth:`AntMazeVectorEnv.step` with the same threads: action checks, state save for the
   height rule, observation and SAME_STEP autoreset included, as gymnasium and TorchRL call it;
+* ``async`` (``--async``): the alternative, gymnasium's ``AsyncVectorEnv`` with one worker process per
+  world (``gymnasium.make`` of the single env), for as many worlds as there are CPUs;
 
 each the best of ``--repeat`` runs of about ``--world-steps`` world-steps (the machine may be shared),
 with ``ratio = env / (threads x loop)``, the parallel efficiency against the single-thread loop (goal:
@@ -29,6 +31,7 @@ import mujoco.batch
 import numpy as np
 
 from sun_lightning.envs.ant_maze import FRAME_SKIP, MAZES, AntMazeVectorEnv, init_qpos, maze_model
+from sun_lightning.envs.mujoco_vec import available_cpus
 
 WORLDS = (1, 8, 64)
 THREADS = (1, 2)
@@ -53,6 +56,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--worlds", type=int, nargs="+", default=list(WORLDS))
     parser.add_argument("--threads", type=int, nargs="+", default=list(THREADS))
+    parser.add_argument("--async", dest="use_async", action="store_true",
+                        help="also gymnasium's AsyncVectorEnv, one process per world (worlds <= CPUs)")
     args = parser.parse_args()
     model = maze_model(args.maze)
     rng = np.random.default_rng(0)
@@ -95,6 +100,25 @@ def main() -> None:
             loop_col = f"{loop_rate:>8,.0f}" if threads == args.threads[0] else " " * 8
             print(f"{n:>6} {loop_col} {threads:>7} {batch_rate:>8,.0f} {env_rate:>8,.0f} "
                   f"{batch_rate / (threads * loop_rate):>11.2f} {env_rate / (threads * loop_rate):>9.2f}")
+            env.close()
+        if args.use_async and n <= available_cpus():
+            rate = async_rate(args.maze, n, controls, calls, args.repeat)
+            print(f"{n:>6} async: {n} processes {rate:>8,.0f} world-steps/s "
+                  f"(ratio {rate / (n * loop_rate):.2f})", flush=True)
+
+
+def async_rate(maze: str, n: int, controls: np.ndarray, calls: int, repeat: int) -> float:
+    """World-steps/s of gymnasium's AsyncVectorEnv over ``n`` single ant envs, one process each."""
+    import gymnasium
+
+    import sun_lightning.envs  # noqa: F401  (registers the ids)
+
+    env = gymnasium.vector.AsyncVectorEnv([lambda: gymnasium.make(f"sun_lightning/{maze}-v0") for _ in range(n)])
+    env.reset(seed=0)
+    try:
+        return best_rate(lambda k: env.step(controls[k % len(controls)]), calls, repeat, n)
+    finally:
+        env.close()
 
 
 if __name__ == "__main__":

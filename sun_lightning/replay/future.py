@@ -34,6 +34,7 @@ class FutureGoalSampler:
         if not 0.0 <= future_fraction <= 1.0:
             raise ValueError(f"future_fraction must be in [0, 1], got {future_fraction}")
         self.batch_size, self.horizon, self.future_fraction = batch_size, horizon, future_fraction
+        self._bounds_on: dict = {}  # (space, device) -> bounds there: checked once, no copy or host read per batch
 
     def sample(self, storage: GoalReplayStorage, scale: torch.Tensor | None = None,
                generator: torch.Generator | None = None, count: int | None = None) -> TensorDict:
@@ -62,7 +63,10 @@ class FutureGoalSampler:
         cut = torch.minimum((u * length).long() + 1, length)  # k uniform in [1, L]
         cut = torch.where(future, cut, torch.ones_like(cut))
         reached = steps[keys.NEXT_OBS].gather(2, (cut - 1)[..., None, None].expand(k, n, 1, steps[keys.NEXT_OBS].shape[-1]))
-        low, high = self._bounds(space, device)
+        bounds = self._bounds_on.get((space, device))
+        if bounds is None:
+            bounds = self._bounds_on[(space, device)] = tuple(b.to(device) for b in self._bounds(space))
+        low, high = bounds
         uniform = low + (high - low) * torch.rand((k, n, space.goal_dim), generator=generator, device=device)
         goal = torch.where(future.unsqueeze(-1), space.project(reached.squeeze(2)), uniform)
         start = storage.get(index, (keys.OBS, keys.ACTION))
@@ -78,13 +82,13 @@ class FutureGoalSampler:
         return out if count is not None else out[0]
 
     @staticmethod
-    def _bounds(space, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    def _bounds(space) -> tuple[torch.Tensor, torch.Tensor]:
         """The goal-space bounds uniform goals are drawn in (the metric bounds where a side is unbounded)."""
-        low = torch.tensor(space.low, dtype=torch.float32, device=device)
-        high = torch.tensor(space.high, dtype=torch.float32, device=device)
+        low = torch.tensor(space.low, dtype=torch.float32)
+        high = torch.tensor(space.high, dtype=torch.float32)
         if space.metric_low:
-            metric_low = torch.tensor(space.metric_low, dtype=torch.float32, device=device)
-            metric_high = torch.tensor(space.metric_high, dtype=torch.float32, device=device)
+            metric_low = torch.tensor(space.metric_low, dtype=torch.float32)
+            metric_high = torch.tensor(space.metric_high, dtype=torch.float32)
             low = torch.where(low.isfinite(), low, metric_low)
             high = torch.where(high.isfinite(), high, metric_high)
         if low.numel() != space.goal_dim or not (low.isfinite() & high.isfinite()).all():

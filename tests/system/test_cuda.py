@@ -66,6 +66,7 @@ def test_captured_update_equals_the_eager_one_and_reads_nothing_back(cls):
     from sun_lightning.learners.ensemble_td3 import EnsembleTD3SVF
     from sun_lightning.learners.td3 import TD3SVF
     from sun_lightning.replay.future import FutureGoalSampler
+    from sun_lightning.replay.storage import GoalReplayStorage
     from tests.unit.learners.test_td3 import SPACE, storage_of_walks
 
     learner_cls = {"TD3SVF": TD3SVF, "EnsembleTD3SVF": EnsembleTD3SVF}[cls]
@@ -83,6 +84,9 @@ def test_captured_update_equals_the_eager_one_and_reads_nothing_back(cls):
     sampler = FutureGoalSampler(batch_size=256, horizon=50)
     count = eager.batches_per_update if eager.batches_per_update > 1 else None
     batches = [sampler.sample(storage, generator=g, count=count).to("cuda") for _ in range(12)]
+    on_gpu = GoalReplayStorage(SPACE, storage.num_envs, storage.capacity, device="cuda")
+    on_gpu.load_state_dict(storage.state_dict())
+    sampler.sample(on_gpu, count=count)  # the bounds copied to the GPU once
     for batch in batches[:8]:  # two plans, three warm-up calls each: both captured by the sixth update
         eager.update(batch)
         graphed.update(batch)
@@ -93,6 +97,8 @@ def test_captured_update_equals_the_eager_one_and_reads_nothing_back(cls):
     try:
         for batch in batches[8:]:
             graphed.update(batch)
+        sampled = sampler.sample(on_gpu, count=count)  # drawing from D on the GPU reads nothing back either
+        graphed._graphs.graphs[(False, False, False)].static_in.update_(sampled)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     for batch in batches[8:]:
