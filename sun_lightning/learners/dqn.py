@@ -14,6 +14,7 @@ from sun_lightning import keys
 from sun_lightning.domains import Dropout, Fraction, NonNegativeFloat, NonNegativeInt, OpenFraction, PositiveFloat, PositiveInt, Rate
 from sun_lightning.envs.registry import GoalSpace
 from sun_lightning.learners.base import Learner, TrainStats
+from sun_lightning.learners.graphs import UpdateGraphs, count_optimizer_steps, graph_blockers, uses_graphs
 from sun_lightning.learners.policy import EpsilonGreedyPolicy
 from sun_lightning.learners.target import TargetUpdate
 from sun_lightning.losses.td_lambda import double_q_bootstrap, greedy_within, watkins_lambda_returns
@@ -76,6 +77,10 @@ class DQNSVF(Learner):
             gradient in one C call, :mod:`sun_lightning.native.q_loss`; needs a C compiler) or ``auto``
             (native on CPU where it builds, else torch with a warning). Other devices, and the
             ensembles, always run torch.
+        cuda_graph: capture the update as a CUDA graph and replay it (:mod:`~sun_lightning.learners.graphs`):
+            ``auto`` on a CUDA device where nothing blocks it (DDP, loss scaling), ``true`` insists, ``false``
+            never. The loss then gives every step's next state a row of its own (fixed shapes, no host read)
+            instead of reusing the next step's row; the same targets up to dropout's draws.
     """
 
     def __init__(
@@ -101,6 +106,7 @@ class DQNSVF(Learner):
         relabels: NonNegativeInt = 4,
         negatives: bool = True,
         backend: Literal["auto", "torch", "native"] = "auto",
+        cuda_graph: bool | Literal["auto"] = "auto",
     ) -> None:
         super().__init__(goal_space)
         if not goal_space.discrete:
@@ -111,7 +117,9 @@ class DQNSVF(Learner):
             raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
         if backend not in ("auto", "torch", "native"):
             raise ValueError(f"backend must be 'auto', 'torch' or 'native', got {backend!r}")
+        uses_graphs(cuda_graph, [])  # the setting's spelling, at once
         self.save_hyperparameters(ignore=["goal_space"])
+        self._graphs: UpdateGraphs | None = None  # set by configure_optimizers where the update is captured
         self.sampler = SegmentedHindsightSampler(num_sequences, sequence_length, relabels, negatives)
         if encoder == "auto":
             encoder = "identity" if goal_space.exact_counts else "rbf"
@@ -191,9 +199,12 @@ class DQNSVF(Learner):
 
     # ---- learning ---------------------------------------------------------------------
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        # fused: one C++ pass over the parameters on CPU and CUDA (foreach launches a dozen ops per step)
+        graphed = uses_graphs(self.hparams.cuda_graph, graph_blockers(self, self.device))
+        self._graphs = UpdateGraphs(self.update_step) if graphed else None
+        # fused: one C++ pass over the parameters on CPU and CUDA (foreach launches a dozen ops per step);
+        # capturable: the step count lives on the device, so a replayed step reads no host value
         return torch.optim.AdamW(self.q.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay,
-                                 fused=True)
+                                 fused=True, capturable=graphed)
 
     def clip_gradients(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         """Gradient-norm clip of Q. Float32 and bf16 gradients carry no loss scale, so they are clipped directly
@@ -205,18 +216,38 @@ class DQNSVF(Learner):
         clip_grad_norm(optimizer.param_groups[0]["params"], gradient_clip_val)
 
     def update(self, batch: TensorDictBase) -> None:
-        """One learner update: Huber TD(λ) loss, backward, gradient-norm clip, AdamW step, Polyak step."""
+        """One learner update: Huber TD(λ) loss, backward, gradient-norm clip, AdamW step, Polyak step — eagerly,
+        or as the captured graph of this update's plan (whether the target moves)."""
+        plan = (self.target_update.due,)
+        if self._graphs is None:
+            out = self.update_step(batch, plan, checked=True)
+        else:
+            out = self._graphs(batch, plan)
+            count_optimizer_steps([self.optimizers()])
+            self.check_finite("train/loss/td", out["stats"][0])  # read at the training step's end, after the update
+        self.target_update.advance()
+        self.updates += 1
+        self.stats.add(out["stats"])
+
+    def update_step(self, batch: TensorDictBase, plan: tuple[bool], checked: bool = False) -> dict[str, torch.Tensor]:
+        """The steps of one update, reading no host value unless ``checked`` (the loss's finiteness before the
+        step, and Lightning's optimizer wrapper: the eager update). Returns the statistics (``stats``)."""
         loss, stats = self.loss_and_stats(batch)
-        self.check_finite("train/loss/td", loss)
+        if checked:
+            self.check_finite("train/loss/td", loss)
         opt = self.optimizers()
         for p in opt.param_groups[0]["params"]:  # zero_grad(set_to_none=True) without its per-call machinery
             p.grad = None
-        self.manual_backward(loss)
+        if checked:
+            self.manual_backward(loss)
+        else:
+            opt = getattr(opt, "optimizer", opt)
+            loss.backward()
         self.clip_gradients(opt, self.hparams.grad_clip, "norm")
         opt.step()
-        self.target_update()
-        self.updates += 1
-        self.stats.add(stats)
+        if plan[0]:
+            self.target_update.move()
+        return {"stats": stats}
 
     def pop_train_metrics(self) -> dict[str, float]:
         out = self.stats.pop()
@@ -276,7 +307,7 @@ class DQNSVF(Learner):
         # The next state of step t is row t + 1 (same goal unless t ended its segment, where the
         # bootstrap is unused), except at episode ends and at the last step: those next states get
         # rows of their own, appended after the N·T rows.
-        extra, at = self._extra_steps(batch)
+        extra, at = self._extra_steps(batch, every=self._graphs is not None)
         # one gather for the three row entries: [state, goal, goal action] then their next-state rows
         steps = torch.stack([batch[keys.STATE_INDEX], batch[keys.GOAL_INDEX], goal_action]).flatten(1)
         nexts = torch.stack([batch[keys.NEXT_STATE_INDEX], batch[keys.GOAL_INDEX], goal_action]).flatten(1)
@@ -298,10 +329,13 @@ class DQNSVF(Learner):
         return q_taken, target, cont
 
     @staticmethod
-    def _extra_steps(batch: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
-        """Steps whose next state has a row of its own (episode ends and the last step) ``[N, T]``, and their flat positions."""
+    def _extra_steps(batch: TensorDict, every: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Steps whose next state is not the next row's (episode ends and the last step) ``[N, T]``, and the flat
+        positions of the steps whose next state gets a row of its own: those, or ``every`` step (fixed shapes)."""
         extra = batch[keys.EPISODE_END].clone()
         extra[:, -1] = True
+        if every:
+            return extra, torch.arange(extra.numel(), device=extra.device)
         return extra, extra.flatten().nonzero().squeeze(1)  # once: each boolean-mask read would search again
 
     @staticmethod

@@ -185,7 +185,9 @@ class EnsembleDQNSVF(DQNSVF):
         e, (us, ug) = self.ensemble_size, sizes
         member = torch.div(obs_index, us, rounding_mode="floor")
         counts = torch.bincount(member, minlength=e)
-        length = int(counts.max())
+        # Under a captured update every member has the same rows (each step's next state its own row): the
+        # length is known without reading the counts back.
+        length = obs_index.numel() // e if self._graphs is not None else int(counts.max())
         order = torch.argsort(member, stable=True)
         owner = member[order]
         # Rows grouped by member, padded to one length so that one vmap serves all.

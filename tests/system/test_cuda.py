@@ -131,3 +131,47 @@ def test_a_fit_with_graphs_resumes_to_the_same_numbers(tmp_path, monkeypatch):
     assert resumed.keys() == whole.keys()
     for name, value in whole.items():
         assert math.isclose(resumed[name], value, rel_tol=1e-3, abs_tol=1e-4), (name, resumed[name], value)
+
+
+@pytest.mark.parametrize("ensemble", [False, True])
+def test_captured_dqn_update_equals_the_eager_one_and_reads_nothing_back(ensemble, monkeypatch):
+    """The DQN update (and its ensemble's) as a CUDA graph: every step's next state a row of its own, the eager
+    update's weights to float rounding (no dropout, fixed target draws), and nothing read back on replay."""
+    from sun_lightning.learners.dqn import DQNSVF
+    from sun_lightning.learners.ensemble_dqn import EnsembleDQNSVF
+    from tests.unit.learners.test_dqn import SPACE as GRID, consistent_batch
+
+    fixed = torch.tensor([2, 0, 3, 1], device="cuda")
+    monkeypatch.setattr(EnsembleDQNSVF, "draw_target_index", lambda self, device=None: fixed)
+    cls = EnsembleDQNSVF if ensemble else DQNSVF
+    learners = []
+    for graph in (False, True):
+        torch.manual_seed(0)
+        learner = cls(GRID, dropout=0.0, cuda_graph=graph).cuda()
+        opt = learner.configure_optimizers()
+        learner.optimizers = lambda opt=opt: opt
+        learner.manual_backward = lambda loss, **kwargs: loss.backward(**kwargs)
+        learners.append(learner)
+    eager, graphed = learners
+
+    def batch(seed):
+        if not ensemble:
+            return consistent_batch(8, 16, seed).to("cuda")
+        return torch.stack([consistent_batch(8, 16, 10 * seed + m) for m in range(4)]).to("cuda")
+
+    batches = [batch(seed) for seed in range(8)]
+    for b in batches[:4]:  # three warm-up calls, then the capture
+        eager.update(b)
+        graphed.update(b)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for b in batches[4:]:
+            graphed.update(b)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for b in batches[4:]:
+        eager.update(b)
+    graphed.flush_finite_checks()
+    for (name, a), b in zip(eager.state_dict().items(), graphed.state_dict().values()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=name)
