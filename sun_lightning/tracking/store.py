@@ -193,10 +193,17 @@ def prepare_store(tracking_uri: str, experiment: str, artifact_location: str | N
                 create_sqlite_store(database)
             check_sqlite(database)
             client = mlflow.MlflowClient(tracking_uri)
-            if client.get_experiment_by_name(experiment) is None:
+            found = client.get_experiment_by_name(experiment)
+            if found is None:
                 client.create_experiment(experiment, artifact_location=artifact_location)
     except Exception as error:  # OSError, sqlite3's, MLflow's, SQLAlchemy's: all mean "this store cannot be used"
         raise store_error(tracking_uri, error) from error
+    if found is not None and found.lifecycle_stage == "deleted":
+        raise ConfigError(
+            f"MLflow experiment {experiment!r} of {absolute_uri(tracking_uri)} is deleted (its runs are kept until "
+            f"`mlflow gc`): restore it with `MLFLOW_TRACKING_URI={absolute_uri(tracking_uri)} mlflow experiments "
+            f"restore --experiment-id {found.experiment_id}`, or log to another experiment (the comparison "
+            "runner's --experiment, fit's --trainer.logger.init_args.experiment_name)")
 
 
 # ---- params --------------------------------------------------------------------------------------

@@ -172,6 +172,18 @@ def test_a_store_that_cannot_be_used_at_start_is_a_one_line_error(tmp_path):
         _ = logger.run_id
 
 
+def test_a_deleted_experiment_is_a_one_line_error_that_says_how_to_restore_it(tmp_path):
+    store = f"sqlite:///{tmp_path}/mlflow.db"
+    prepare_store(store, "study")
+    client = mlflow.MlflowClient(store)
+    experiment_id = client.get_experiment_by_name("study").experiment_id
+    client.delete_experiment(experiment_id)
+    with pytest.raises(ConfigError, match=rf"^MLflow experiment 'study' of {store} is deleted .*"
+                                          rf"mlflow experiments restore --experiment-id {experiment_id}`"):
+        prepare_store(store, "study")
+    prepare_store(store, "another")  # another name is fine
+
+
 def test_a_run_killed_while_mlflow_creates_the_store_leaves_it_creatable(tmp_path):
     """SIGKILL in the middle of MLflow's schema migration of a fresh store (found by the soak): the next
     launch creates the store and its experiment, instead of failing on MLflow's half-migrated tables forever."""
