@@ -5,6 +5,7 @@ and the MLflow run it continues."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -21,14 +22,19 @@ def choose_folder(config: Namespace, base: str | Path) -> int:
 
     A fresh run never writes into a folder that holds another run's checkpoints (it gets ``<base>-v<N>``);
     ``--ckpt_path last`` continues the newest run of the name; a named checkpoint of one of these folders
-    continues in its own folder (:mod:`sun_lightning.checkpoints.run_folders`).
+    continues in its own folder (:mod:`sun_lightning.checkpoints.run_folders`). The launch holds its folder
+    while it lives: a fresh launch beside it takes another, ``--ckpt_path last`` beside it is refused.
     """
     ckpt_path = config.get("ckpt_path")
+    # DDP's other processes run this too, after the first has claimed the folder: they take the same one.
+    primary = all(int(os.environ.get(rank) or 0) == 0 for rank in ("LOCAL_RANK", "NODE_RANK"))
     if ckpt_path == "last":
         folder, number = run_folders.newest_folder(base)
     else:
         own = run_folders.folder_of(ckpt_path, base) if ckpt_path else None
-        folder, number = own or run_folders.fresh_folder(base)
+        folder, number = own or run_folders.fresh_folder(base, claims=primary)
+    if primary and config.get("trainer", {}).get("enable_checkpointing") is not False:
+        run_folders.claim(folder)  # held while this process lives: no other launch writes here meanwhile
     config.checkpoint.dirpath = str(folder)
     return number
 

@@ -85,3 +85,48 @@ def test_a_second_fresh_run_keeps_the_first_runs_checkpoints(fit, tmp_path, caps
     assert old.model.updates == 40 and old.trainer.logger.run_id == first_id
     names = mlflow.search_runs(experiment_names=["sun_lightning"])["tags.mlflow.runName"]
     assert sorted(names) == [NAME, f"{NAME}-v1"]  # no third run
+
+
+def test_a_folder_held_by_a_live_launch_is_skipped_by_fresh_runs_and_refused_to_resume(tmp_path):
+    """Two launches of one name at once: the second fresh one takes ``-v1`` even before the first has written a
+    checkpoint, and ``--ckpt_path last`` beside it is refused; once the holder dies, its folder is free."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from jsonargparse import Namespace
+
+    from sun_lightning.errors import ConfigError
+    from sun_lightning.run.resume import choose_folder
+
+    base = tmp_path / NAME
+    code = ("import sys, time; from sun_lightning.checkpoints import run_folders; "
+            f"run_folders.claim({str(base)!r}); print('held', flush=True); time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert child.stdout.readline().strip() == "held"
+        who = run_folders.holder(base)
+        assert who is not None and who.startswith(f"process {child.pid} on ")
+        assert run_folders.fresh_folder(base) == (tmp_path / f"{NAME}-v1", 1)  # no checkpoint there, but held
+        assert run_folders.fresh_folder(base, claims=False) == (base, 0)  # DDP's other ranks share the folder
+        with pytest.raises(ConfigError, match=rf"checkpoint folder {base} is in use by another run \(process {child.pid} "):
+            run_folders.claim(base)
+        fresh = Namespace(ckpt_path=None, checkpoint=Namespace(dirpath=None), trainer=Namespace())
+        assert choose_folder(fresh, base) == 1 and fresh.checkpoint.dirpath == f"{base}-v1"
+        assert run_folders.holder(f"{base}-v1") is None  # this process's own claim is not "another run"
+        resume = Namespace(ckpt_path="last", checkpoint=Namespace(dirpath=None), trainer=Namespace())
+        (base / "last.ckpt").write_bytes(b"x")
+        assert run_folders.newest_folder(base) == (tmp_path / f"{NAME}-v1", 1)
+        (tmp_path / f"{NAME}-v1").rename(tmp_path / "elsewhere")  # leave the held folder the newest
+        with pytest.raises(ConfigError, match="is in use by another run"):
+            choose_folder(resume, base)
+    finally:
+        child.kill()
+        child.wait()
+    deadline = time.monotonic() + 10
+    while run_folders.holder(base) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert run_folders.holder(base) is None  # the kernel dropped the dead launch's lock
+    assert choose_folder(resume, base) == 0 and resume.checkpoint.dirpath == str(base)
