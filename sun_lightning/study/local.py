@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from sun_lightning.study.cores import CoreSlots, describe, usable_cpus
 from sun_lightning.study.gpus import GpuSlots
 from sun_lightning.study.plan import RunSpec, checkpoint_dir, fit_args, start_fit
 
@@ -68,6 +69,8 @@ def run_local(specs: list[RunSpec], experiment: str, tracking_uri: str, extra: C
         on_finished: called with each run's name when its process exits 0.
         gpus: the GPUs to pack the runs onto (a run starts only when its share is free), or ``None``.
 
+    Each running run is pinned to its own ``1/jobs`` of this process's cores (:mod:`~sun_lightning.study.cores`).
+
     Returns:
         ``"<run name> (exit <code>, log <path>)"`` of every run whose process failed.
 
@@ -75,6 +78,7 @@ def run_local(specs: list[RunSpec], experiment: str, tracking_uri: str, extra: C
         StudyInterrupted: after a Ctrl-C or SIGTERM, once the running runs have saved their checkpoints and stopped.
     """
     queue, running, failed, stopped = list(specs), [], [], []
+    cores = CoreSlots(usable_cpus(), min(jobs, len(specs)) or 1)
     with _ForwardStop(running) as stop:
         while (queue and not stop.requests) or running:
             while queue and len(running) < jobs and not stop.requests:
@@ -83,19 +87,21 @@ def run_local(specs: list[RunSpec], experiment: str, tracking_uri: str, extra: C
                     break
                 spec = queue.pop(0)
                 log_path = log_dir / f"{spec.name}.log"
+                cpus = cores.acquire()
                 process, log, resumed = start_fit(fit_args(spec, experiment, tracking_uri, extra(spec)),
                                                   checkpoint_dir(experiment, spec.name), Path.cwd(), log_path, threads,
-                                                  environ=GpuSlots.environment(devices) if devices else None)
-                running.append((spec.name, process, log, time.perf_counter(), devices))
-                where = f" on GPU {','.join(devices)}" if devices else ""
+                                                  environ=GpuSlots.environment(devices) if devices else None, cpus=cpus)
+                running.append((spec.name, process, log, time.perf_counter(), devices, cpus))
+                where = (f" on GPU {','.join(devices)}" if devices else "") + (f" on {describe(cpus)}" if cpus else "")
                 print(f"{'resumed' if resumed else 'started'} {spec.name}{where} (log {log_path})", flush=True)
             time.sleep(0.5)
             for entry in list(running):
-                name, process, log, start, devices = entry
+                name, process, log, start, devices, cpus = entry
                 if process.poll() is None:
                     continue
                 running.remove(entry)
                 log.close()
+                cores.release(cpus)
                 if devices:
                     gpus.release(devices)
                 minutes = (time.perf_counter() - start) / 60

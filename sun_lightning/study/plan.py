@@ -23,6 +23,7 @@ import yaml
 
 from sun_lightning.callbacks.checkpoint import LAST
 from sun_lightning.checkpoints import run_folders
+from sun_lightning.study.cores import describe
 from sun_lightning.callbacks.exploration import ExplorationLogger
 from sun_lightning.methods import method_args
 from sun_lightning.tracking.naming import run_name
@@ -158,7 +159,8 @@ def _resumed_file(folder: Path) -> Path:
 
 
 def start_fit(args: list[str], ckpt_dir: Path, cwd: Path, log_path: Path, threads: int,
-              attempt_note: str = "", environ: dict[str, str] | None = None) -> tuple[subprocess.Popen, object, bool]:
+              attempt_note: str = "", environ: dict[str, str] | None = None,
+              cpus: tuple[int, ...] = ()) -> tuple[subprocess.Popen, object, bool]:
     """Start one run in ``cwd`` as a child process, appending its output to ``log_path``.
 
     A run whose folder holds a checkpoint (an interrupted study, a Ray task retried after its worker died)
@@ -167,6 +169,7 @@ def start_fit(args: list[str], ckpt_dir: Path, cwd: Path, log_path: Path, thread
 
     Args:
         environ: variables set for the run on top of this process's (its GPUs: ``CUDA_VISIBLE_DEVICES``).
+        cpus: the cores the run is pinned to (its affinity mask; empty: not pinned).
 
     Returns:
         The process, the open log file and whether the run resumes.
@@ -180,11 +183,17 @@ def start_fit(args: list[str], ckpt_dir: Path, cwd: Path, log_path: Path, thread
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "a")
     gpus = f" on GPU {environ['CUDA_VISIBLE_DEVICES']}" if environ and "CUDA_VISIBLE_DEVICES" in environ else ""
+    gpus += f" on {describe(cpus)}" if cpus else ""
     log.write(f"== {'resuming from ' + str(_resumed_file(folder).relative_to(cwd)) if resumed else 'starting'}"
               f"{gpus}{attempt_note}\n")
     log.flush()
     # A process group of its own: a terminal's Ctrl-C reaches the run through the runner, which passes it on and
     # waits for the run's checkpoint (sun_lightning.study.local), not beside the runner's own exit.
+    def before_exec() -> None:
+        _die_with_parent()
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
     process = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                               preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+                               preexec_fn=before_exec if sys.platform == "linux" else None)
     return process, log, resumed

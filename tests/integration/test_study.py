@@ -84,7 +84,7 @@ def test_a_study_reports_across_environments_and_resumes_only_the_missing_runs(t
             _log_run(client, experiment, f"{env}-{method}-seed{seed}", method, seed, coverage, entropy)
     launched = []
 
-    def fake_local(specs, experiment_name, uri, extra, log_dir, jobs, threads, on_finished):
+    def fake_local(specs, experiment_name, uri, extra, log_dir, jobs, threads, on_finished, gpus=None):
         """The launcher's contract without processes: run what it is given, log it, call back."""
         for spec in specs:
             launched.append((spec.name, extra(spec)))

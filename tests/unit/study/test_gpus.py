@@ -54,12 +54,13 @@ def test_the_local_runner_holds_runs_until_a_gpu_slot_frees(tmp_path, monkeypatc
     """Three runs at half a GPU each on one GPU: two start at once on it, the third when one ends; each
     child sees its device in CUDA_VISIBLE_DEVICES."""
     monkeypatch.chdir(tmp_path)
-    seen, started = [], []
+    seen, started, pinned = [], [], []
 
-    def fake_start(args, ckpt_dir, cwd, log_path, threads, attempt_note="", environ=None):
+    def fake_start(args, ckpt_dir, cwd, log_path, threads, attempt_note="", environ=None, cpus=()):
         import subprocess
 
         started.append(environ)
+        pinned.append(cpus)
         seen.append(sum(1 for _ in started) - len(finished))
         log = open(log_path, "a")
         code = "import os, time; time.sleep(0.6); print(os.environ['CUDA_VISIBLE_DEVICES'])"
@@ -73,6 +74,7 @@ def test_the_local_runner_holds_runs_until_a_gpu_slot_frees(tmp_path, monkeypatc
                              on_finished=finished.append, gpus=GpuSlots(["4"], 0.5))
     assert failed == [] and len(finished) == 3
     assert started == [{"CUDA_VISIBLE_DEVICES": "4"}] * 3
+    assert len(pinned) == 3  # (their cores: test_concurrent_runs_get_disjoint_equal_shares_of_the_cores)
     assert max(seen) == 2  # never more than the GPU's two slots at once
     assert [Path(tmp_path / f"{s.name}.log").read_text().strip() for s in specs] == ["4"] * 3
 
@@ -91,3 +93,31 @@ def test_the_runner_refuses_a_gpu_share_without_gpus_before_touching_the_store(t
     with pytest.raises(SystemExit):
         compare.main(["--config", str(config), "--gpus-per-run", "1.5"])
     assert "--gpus-per-run above 1 must be a whole number of GPUs, got 1.5" in capsys.readouterr().err
+
+
+def test_concurrent_runs_get_disjoint_equal_shares_of_the_cores(tmp_path):
+    from sun_lightning.study.cores import CoreSlots, describe
+
+    slots = CoreSlots(list(range(16)), 4)
+    got = [slots.acquire() for _ in range(4)]
+    assert got == [tuple(range(4 * i, 4 * i + 4)) for i in range(4)]
+    slots.release(got[1])
+    assert slots.acquire() == (4, 5, 6, 7)
+    assert CoreSlots([0, 1], 3).acquire() == ()  # more runs than cores: not pinned
+    assert CoreSlots([0, 1, 2], 2).sets == [(0,), (1,)]  # equal shares; the odd core stays free
+    assert (describe((4, 5, 6, 7)), describe((0, 2)), describe((3,))) == ("CPUs 4-7", "CPUs 0,2", "CPU 3")
+
+
+def test_a_pinned_run_sees_only_its_cores(tmp_path):
+    """The run's affinity mask is set before it starts: MuJoCo's threads (available_cpus) follow it."""
+    import os
+
+    from sun_lightning.study.plan import start_fit
+
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    process, log, _ = start_fit(["-c", "import os; print(sorted(os.sched_getaffinity(0)))"], tmp_path / "ckpt",
+                                tmp_path, tmp_path / "run.log", 1, cpus=(cpu,))
+    assert process.wait() == 0
+    log.close()
+    text = (tmp_path / "run.log").read_text()
+    assert f"on CPU {cpu}" in text.splitlines()[0] and text.splitlines()[-1] == f"[{cpu}]"
