@@ -91,6 +91,12 @@ def holder(folder: str | Path) -> str | None:
     return None
 
 
+def in_use_error(folder: str | Path, who: str) -> ConfigError:
+    """The one-line refusal of a launch whose folder another live launch holds."""
+    return ConfigError(f"checkpoint folder {folder} is in use by another run ({who}): wait for it to end, or stop "
+                       "it (Ctrl-C saves a checkpoint) and launch this again")
+
+
 def claim(folder: str | Path) -> None:
     """Hold ``folder`` for the rest of this process (see the module docstring); a second claim is a no-op.
 
@@ -109,8 +115,7 @@ def claim(folder: str | Path) -> None:
         handle.seek(0)
         who = handle.read().strip() or "another process"
         handle.close()
-        raise ConfigError(f"checkpoint folder {folder} is in use by another run ({who}): wait for it to end, or "
-                          "stop it (Ctrl-C saves a checkpoint) and launch this again") from None
+        raise in_use_error(folder, who) from None
     handle.seek(0)
     handle.truncate()
     handle.write(f"process {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")

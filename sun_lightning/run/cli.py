@@ -36,7 +36,7 @@ from sun_lightning.errors import ConfigError, UsageError, check_config_files, co
 from sun_lightning.learners.base import Learner
 from sun_lightning.learners.family import check_family
 from sun_lightning.tracking.logger import SUNMLFlowLogger
-from sun_lightning.run.resume import check_checkpoint, choose_folder, resumed_run
+from sun_lightning.run.resume import check_checkpoint, choose_folder, claim_folder, resumed_run
 from sun_lightning.run.runtime import quiet_third_party, tune_allocator
 from sun_lightning.run.summary import run_summary
 from sun_lightning.tracking.naming import method_of, name_of_run, run_tags
@@ -225,6 +225,8 @@ class SUNCLI(LightningCLI):
             accelerator = config.get("trainer", {}).get("accelerator") or "auto"
             args.tags = {**(args.get("tags") or {}), **run_tags(env_id, method, seed, str(accelerator))}
             logger.init_args = args
+        if self.subcommand == "fit":
+            claim_folder(config)  # every check passed: this launch holds its folder from here on
 
 
 def main(args: list[str] | None = None, run: bool = True) -> SUNCLI:

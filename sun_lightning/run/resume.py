@@ -26,17 +26,29 @@ def choose_folder(config: Namespace, base: str | Path) -> int:
     while it lives: a fresh launch beside it takes another, ``--ckpt_path last`` beside it is refused.
     """
     ckpt_path = config.get("ckpt_path")
-    # DDP's other processes run this too, after the first has claimed the folder: they take the same one.
-    primary = all(int(os.environ.get(rank) or 0) == 0 for rank in ("LOCAL_RANK", "NODE_RANK"))
     if ckpt_path == "last":
         folder, number = run_folders.newest_folder(base)
+        if _primary() and (who := run_folders.holder(folder)) is not None:
+            raise run_folders.in_use_error(folder, who)
     else:
         own = run_folders.folder_of(ckpt_path, base) if ckpt_path else None
-        folder, number = own or run_folders.fresh_folder(base, claims=primary)
-    if primary and config.get("trainer", {}).get("enable_checkpointing") is not False:
-        run_folders.claim(folder)  # held while this process lives: no other launch writes here meanwhile
+        folder, number = own or run_folders.fresh_folder(base, claims=_primary())
     config.checkpoint.dirpath = str(folder)
     return number
+
+
+def _primary() -> bool:
+    """Whether this is the launch itself, not one of DDP's other processes (they run the CLI again after the
+    launch has claimed its folder, and take the same one)."""
+    return all(int(os.environ.get(rank) or 0) == 0 for rank in ("LOCAL_RANK", "NODE_RANK"))
+
+
+def claim_folder(config: Namespace) -> None:
+    """Hold the run's checkpoint folder while this process lives (:func:`~sun_lightning.checkpoints.run_folders.claim`),
+    once every check has passed: a launch refused before it runs leaves the folder as it was."""
+    folder = config.get("checkpoint") and config.checkpoint.get("dirpath")
+    if folder and _primary() and config.get("trainer", {}).get("enable_checkpointing") is not False:
+        run_folders.claim(folder)
 
 
 def check_checkpoint(config: Namespace, seed: int | None, method: str) -> None:

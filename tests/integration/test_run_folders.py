@@ -98,7 +98,7 @@ def test_a_folder_held_by_a_live_launch_is_skipped_by_fresh_runs_and_refused_to_
     from jsonargparse import Namespace
 
     from sun_lightning.errors import ConfigError
-    from sun_lightning.run.resume import choose_folder
+    from sun_lightning.run.resume import choose_folder, claim_folder
 
     base = tmp_path / NAME
     code = ("import sys, time; from sun_lightning.checkpoints import run_folders; "
@@ -115,6 +115,9 @@ def test_a_folder_held_by_a_live_launch_is_skipped_by_fresh_runs_and_refused_to_
             run_folders.claim(base)
         fresh = Namespace(ckpt_path=None, checkpoint=Namespace(dirpath=None), trainer=Namespace())
         assert choose_folder(fresh, base) == 1 and fresh.checkpoint.dirpath == f"{base}-v1"
+        assert not (tmp_path / f"{NAME}-v1").exists()  # claimed only once every check has passed
+        claim_folder(fresh)
+        assert (tmp_path / f"{NAME}-v1" / run_folders.IN_USE).is_file()
         assert run_folders.holder(f"{base}-v1") is None  # this process's own claim is not "another run"
         resume = Namespace(ckpt_path="last", checkpoint=Namespace(dirpath=None), trainer=Namespace())
         (base / "last.ckpt").write_bytes(b"x")
