@@ -35,114 +35,16 @@ import sys
 from functools import cache
 from pathlib import Path
 
-import mlflow
-
 from sun_lightning.errors import ConfigError
 from sun_lightning.methods import METHODS, method_args
-from sun_lightning.results.report import fmt, fmt_percent, label, summarize, write_report
-from sun_lightning.results.runs import RunRecord, finished_runs, load_snapshot
-from sun_lightning.results.study import averaged_relative, write_study
 from sun_lightning.study.gpus import GpuSlots, accelerator_args, check_share, visible_gpus
-from sun_lightning.study.local import StudyInterrupted, run_local
 from sun_lightning.study.plan import (PAPER_CONFIGS, PAPER_METHODS, RunSpec, budget_args, config_env_id,
                                       parse_grid, plan)
-from sun_lightning.study.ray_launcher import MISSING, require_ray, run_ray
-from sun_lightning.tracking.naming import env_name
-from sun_lightning.tracking.store import MLFLOW_DIR, PARENT_TAG, absolute_uri, comparison_parent, local_store_uri, prepare_store
+from sun_lightning.study.ray_launcher import MISSING, require_ray
 
-__all__ = ["config_env_id", "gather", "main"]
+__all__ = ["config_env_id", "main"]
 
 DEFAULT_METHODS = ["sun", "sun_episodic", "discover", "adagoal", "random"]
-
-Study = dict[str, dict[str, list[RunRecord]]]
-
-
-def gather(client: mlflow.MlflowClient, experiment: str, specs: list[RunSpec]) -> tuple[Study, list[str]]:
-    """env id → method → its finished runs (by seed), and the names of the planned runs that have not finished."""
-    done = finished_runs(client, experiment)
-    study: Study = {}
-    missing = []
-    for spec in sorted(specs, key=lambda s: s.seed):
-        records = study.setdefault(spec.env_id, {}).setdefault(spec.method, [])
-        if spec.name in done:
-            record = done[spec.name]
-            record.method = spec.method  # a grid variant is tagged with its base method's name
-            records.append(record)
-        else:
-            missing.append(spec.name)
-    return study, missing
-
-
-def record_config_env(config: str | Path) -> None:
-    """Make the goal space (and a maze's map) of a config's own environment (``data.goal``, docs/custom-envs.md) known
-    in this process, as a run does, so that its report can draw its heatmaps; registered ids need nothing."""
-    import yaml
-
-    from sun_lightning.envs.custom import GoalConfig, custom_env
-
-    data = (yaml.safe_load(Path(config).read_text()) or {}).get("data") or {}
-    if isinstance(data.get("goal"), dict):
-        custom_env(data["env_id"], GoalConfig(**data["goal"]), data.get("env_package"))
-
-
-def report(client: mlflow.MlflowClient, args: argparse.Namespace, specs: list[RunSpec], parent: str,
-           failed: list[str]) -> Study:
-    """Write the reports into the results folder and onto the parent run, nesting the runs under it."""
-    study, _ = gather(client, args.experiment, specs)
-    for record in (r for runs in study.values() for records in runs.values() for r in records):
-        client.set_tag(record.run_id, PARENT_TAG, parent)
-    out = Path(args.results_dir or Path("results") / args.experiment)
-    several = len(study) > 1
-    seeds = ", ".join(map(str, args.seeds))
-    reports = {}
-    for config, env_id in dict.fromkeys((s.config, s.env_id) for s in specs):
-        record_config_env(config)
-        runs = study[env_id]
-        snapshots = {}
-        for method, records in runs.items():
-            snapshot = load_snapshot(client, records[0].run_id) if records else None
-            if snapshot is not None:
-                snapshots[method] = snapshot
-        frames = sorted({r.frames for records in runs.values() for r in records})
-        context = [f"`{env_id}`, config `{config}`, MLflow experiment `{args.experiment}` (parent run `{parent}`), "
-                   f"seeds {seeds}, {' / '.join(map(str, frames)) or 'no'} env frames per run.",
-                   "Cells: mean ± sample std over the n seeds that finished (n = 1: the value alone); AUC: the curve's "
-                   "mean height against env frames (SPEC §7); n/a: does not apply (goal statistics of a rule without "
-                   "goals, a baseline against itself) or no run."]
-        env_out = out / env_name(env_id) if several else out
-        env_failed = [f for f in failed if f.startswith(env_name(env_id) + "-")]
-        for path in write_report(env_out, env_id, runs, snapshots, context, env_failed):
-            client.log_artifact(parent, str(path), env_name(env_id) if several else None)
-        reports[env_id] = f"{env_name(env_id)}/report.md"
-    if several:
-        context = [f"{len(study)} environments, MLflow experiment `{args.experiment}` (parent run `{parent}`), "
-                   f"seeds {seeds}" + (f", budgets × {args.budget_scale:g}" if args.budget_scale != 1 else "") + "."]
-        for path in write_study(out, study, context, reports, failed):
-            client.log_artifact(parent, str(path))
-    client.set_terminated(parent, "FINISHED")
-    print(f"report: {out / ('study.md' if several else 'report.md')}")
-    return study
-
-
-def console_table(runs: dict[str, list[RunRecord]]) -> str:
-    summary = summarize(runs)
-    columns = list(next(iter(summary.values()), {}))
-    lines = [f"{'method':<18s} {'n':>3s} " + " ".join(f"{c:>17s}" for c in columns)]
-    for method, row in summary.items():
-        cells = " ".join(f"{fmt(row[c]):>17s}" for c in columns)
-        lines.append(f"{label(method):<18s} {len(runs[method]):>3d} {cells}")
-    return "\n".join(lines)
-
-
-def console_study(study: Study) -> str:
-    """The improvements averaged over environments, a line per method."""
-    relative = averaged_relative({env_id: summarize(runs) for env_id, runs in study.items()},
-                                 list(dict.fromkeys(m for runs in study.values() for m in runs)))
-    columns = list(next(iter(relative.values()), {}))
-    lines = [f"{'method':<18s} " + " ".join(f"{c:>28s}" for c in columns)]
-    lines += [f"{label(m):<18s} " + " ".join(f"{fmt_percent(row[c]):>28s}" for c in columns)
-              for m, row in relative.items()]
-    return "\n".join(lines)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -214,6 +116,16 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     extra = tuple(argv[argv.index("--") + 1:]) if "--" in argv else ()
     args = parse(argv[: argv.index("--")] if "--" in argv else argv)
+    # MLflow and the report (torch) load only now, so that a bad argument is refused at once.
+    import mlflow
+
+    from sun_lightning.results.comparison import console_study, console_table, gather, report
+    from sun_lightning.results.runs import finished_runs
+    from sun_lightning.study.local import StudyInterrupted, run_local
+    from sun_lightning.study.ray_launcher import run_ray
+    from sun_lightning.tracking.store import (MLFLOW_DIR, PARENT_TAG, absolute_uri, comparison_parent,
+                                              local_store_uri, prepare_store)
+
     slots = None
     if args.gpus_per_run and args.launcher == "local" and not args.report_only:
         try:

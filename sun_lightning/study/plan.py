@@ -21,10 +21,9 @@ from pathlib import Path
 
 import yaml
 
-from sun_lightning.callbacks.checkpoint import LAST
 from sun_lightning.checkpoints import run_folders
+from sun_lightning.checkpoints.integrity import LAST
 from sun_lightning.study.cores import describe
-from sun_lightning.callbacks.exploration import ExplorationLogger
 from sun_lightning.methods import method_args
 from sun_lightning.tracking.naming import run_name
 
@@ -110,7 +109,8 @@ def budget_args(config: str | Path, scale: float) -> tuple[str, ...]:
     checkpoint periods (whole vector steps, at least one); none for ``scale == 1``."""
     if scale == 1:
         return ()
-    from sun_lightning.exploration.datamodule import ExplorationDataModule  # torchrl: imported only when a budget is scaled
+    from sun_lightning.callbacks.exploration import ExplorationLogger  # torchrl: imported only when a budget is scaled
+    from sun_lightning.exploration.datamodule import ExplorationDataModule
 
     tree = yaml.safe_load(Path(config).read_text()) or {}
     data, metrics = tree.get("data") or {}, tree.get("metrics") or {}

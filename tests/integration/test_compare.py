@@ -16,7 +16,9 @@ import torch
 from sun_lightning import compare
 from sun_lightning.run.cli import main
 from sun_lightning.methods import METHODS, method_args
+from sun_lightning.results.comparison import gather
 from sun_lightning.results.runs import finished_runs
+from sun_lightning.tracking.store import local_store_uri
 
 ROOT = Path(compare.__file__).resolve().parents[1]
 
@@ -55,7 +57,7 @@ def _log_run(client, experiment_id, name, coverage, entropy, frames, status="FIN
 def test_finished_runs_are_read_back_with_their_curves(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mlruns").mkdir()
-    client = mlflow.MlflowClient(compare.local_store_uri())
+    client = mlflow.MlflowClient(local_store_uri())
     experiment = client.create_experiment("cmp")
     _log_run(client, experiment, "ThreeRoom-sun-seed0", 0.9, 0.8, 1000, tags={"method": "sun", "seed": "0"})
     _log_run(client, experiment, "ThreeRoom-sun-seed1", 0.7, 0.6, 1000)  # identity from the name
@@ -69,7 +71,7 @@ def test_finished_runs_are_read_back_with_their_curves(tmp_path, monkeypatch):
     # AUC over (500, 0.45), (1000, 0.9): the mean height (0.45 + 0.9) / 2
     assert done["ThreeRoom-sun-seed0"].auc("explore/visits/coverage") == pytest.approx(0.675)
     specs = compare.plan([str(ROOT / "conf/three_room.yaml")], ["sun", "random", "adagoal"], {}, [0, 1, 2])
-    study, missing = compare.gather(client, "cmp", specs)
+    study, missing = gather(client, "cmp", specs)
     runs = study["sun_lightning/ThreeRoom-v0"]
     assert [r.seed for r in runs["sun"]] == [0, 1] and runs["adagoal"] == []
     assert set(missing) == {"ThreeRoom-sun-seed2", "ThreeRoom-random-seed1", "ThreeRoom-random-seed2",
@@ -99,7 +101,7 @@ def test_a_failing_run_fails_the_comparison_by_name(tmp_path, monkeypatch, capsy
     assert table["Random"][:2] == ["1", "640"] and table["Random"][-1] == "n/a"  # goal success of Random
     assert "±" not in table["Random"][2]  # n = 1: the value alone
     assert "Runs that failed (not in the tables): ThreeRoom-sun-seed0" in report
-    client = mlflow.MlflowClient(compare.local_store_uri())
+    client = mlflow.MlflowClient(local_store_uri())
     child = finished_runs(client, "cmp")["ThreeRoom-random-seed0"]
     parent = client.get_run(client.get_run(child.run_id).data.tags["mlflow.parentRunId"])
     assert parent.info.run_name == "ThreeRoom-comparison" and parent.data.tags["kind"] == "comparison"
@@ -114,6 +116,15 @@ def test_bad_arguments_fail_fast(tmp_path):
     result = subprocess.run([sys.executable, "-m", "sun_lightning.compare", "--config", "x.yaml", "--methods", "sun_fast"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and "invalid choice: 'sun_fast'" in result.stderr
+
+
+def test_bad_arguments_are_refused_before_torch_and_mlflow_load(tmp_path):
+    """The runner checks its arguments before it imports the training stack, so a typo is answered at once."""
+    probe = ("import sys\nfrom sun_lightning import compare\ntry:\n    compare.main(['--config', 'nope.yaml'])\n"
+             "except SystemExit as stop:\n    print(stop.code, sorted(m for m in ('torch', 'mlflow', 'lightning') "
+             "if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == ["2", "[]"], result.stdout + result.stderr
 
 
 @pytest.mark.slow

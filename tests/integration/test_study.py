@@ -16,9 +16,11 @@ import pytest
 
 from sun_lightning import compare
 from sun_lightning.results.runs import finished_runs
+from sun_lightning.study import local
 from sun_lightning.study import plan as plan_module
 from sun_lightning.study.plan import budget_args, parse_grid, plan
 from sun_lightning.study.ray_launcher import MISSING
+from sun_lightning.tracking.store import local_store_uri
 
 ROOT = Path(compare.__file__).resolve().parents[1]
 THREE_ROOM, MOUNTAIN_CAR = str(ROOT / "conf/three_room.yaml"), str(ROOT / "conf/mountain_car.yaml")
@@ -76,7 +78,7 @@ FINALS = {("ThreeRoom", "sun", 0): (0.8, 0.9), ("ThreeRoom", "sun", 1): (0.6, 0.
 def test_a_study_reports_across_environments_and_resumes_only_the_missing_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mlruns").mkdir()
-    client = mlflow.MlflowClient(compare.local_store_uri())
+    client = mlflow.MlflowClient(local_store_uri())
     experiment = client.create_experiment("st")
     missing = ("MountainCar", "random", 1)
     for (env, method, seed), (coverage, entropy) in FINALS.items():
@@ -93,7 +95,7 @@ def test_a_study_reports_across_environments_and_resumes_only_the_missing_runs(t
             on_finished(spec.name)
         return []
 
-    monkeypatch.setattr(compare, "run_local", fake_local)
+    monkeypatch.setattr(local, "run_local", fake_local)
     compare.main(["--configs", THREE_ROOM, MOUNTAIN_CAR, "--methods", "sun", "random", "--seeds", "0", "1",
                   "--experiment", "st", "--budget-scale", "0.1", "--", "--trainer.logger.init_args.log_model", "false"])
     # only the missing run, with the scaled budget and the user's arguments last
@@ -169,7 +171,7 @@ def test_ray_gives_the_report_of_local_processes(ray_cluster, tmp_path, monkeypa
     local, on_ray = _summary(tmp_path / "results/local/summary.csv"), _summary(tmp_path / "results/ray/summary.csv")
     assert [(row["method"], row["n"], row["frames"]) for row in on_ray] == [("sun", "1", "640")]
     assert on_ray == local
-    client = mlflow.MlflowClient(compare.local_store_uri())
+    client = mlflow.MlflowClient(local_store_uri())
     assert set(finished_runs(client, "ray")) == {"ThreeRoom-sun-seed0"}
     # the checkpoints of a compared run are checkpoints/<experiment>/<run>/, not one folder deeper
     assert (tmp_path / "checkpoints/ray/ThreeRoom-sun-seed0/last.ckpt").is_file()
@@ -225,7 +227,7 @@ def test_a_killed_ray_worker_resumes_its_run_from_the_checkpoint(ray_cluster, tm
     assert killed, "the worker was never killed"
     text = log.read_text()
     assert f"resuming from checkpoints/kill/{name}/last.ckpt" in text, text[-3000:]
-    client = mlflow.MlflowClient(compare.local_store_uri())
+    client = mlflow.MlflowClient(local_store_uri())
     runs = client.search_runs([client.get_experiment_by_name("kill").experiment_id],
                               f"attributes.run_name = '{name}'")
     assert [run.info.status for run in runs] == ["FINISHED"]  # one MLflow run, continued by the retry
