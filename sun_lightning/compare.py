@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     # MLflow and the report (torch) load only now, so that a bad argument is refused at once.
     import mlflow
 
-    from sun_lightning.results.comparison import console_study, console_table, gather, report
+    from sun_lightning.study.report import console_study, console_table, gather, report
     from sun_lightning.results.runs import finished_runs
     from sun_lightning.study.local import StudyInterrupted, run_local
     from sun_lightning.study.ray_launcher import run_ray

@@ -35,7 +35,7 @@ LEVELS: dict[str, tuple[int, str]] = {
     "results": (11, "heatmaps, curves, reports and studies of finished runs"),
     "exploration": (12, "the agent–environment loop: build, step, record, events, resume state (SPEC §9)"),
     "callbacks": (13, "Lightning callbacks: checkpoints, logging, evaluation, heatmaps, progress"),
-    "study": (14, "many runs: the local runner and Ray"),
+    "study": (14, "many runs: the local runner, Ray, the comparison report"),
     "run": (15, "the command line: the pre-check, LightningCLI, the runtime's settings"),
     "compare": (16, "the comparison runner (python -m sun_lightning.compare)"),
     "__main__": (16, "python -m sun_lightning"),

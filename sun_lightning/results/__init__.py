@@ -10,8 +10,7 @@ One concept per module:
 - :mod:`~sun_lightning.results.relative`: the paper's relative AUC improvement;
 - :mod:`~sun_lightning.results.runs`: finished runs read back from MLflow;
 - :mod:`~sun_lightning.results.report`: the comparison report of one environment (Markdown, CSV, PNG);
-- :mod:`~sun_lightning.results.study`: the study report across environments;
-- :mod:`~sun_lightning.results.comparison`: the comparison runner's runs gathered, its reports written, its console tables.
+- :mod:`~sun_lightning.results.study`: the study report across environments.
 
 The Lightning side is :class:`sun_lightning.callbacks.results.ResultsLogger`; the comparison and study runner is
 :mod:`sun_lightning.compare` (launchers in :mod:`sun_lightning.study`).

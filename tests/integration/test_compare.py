@@ -16,7 +16,7 @@ import torch
 from sun_lightning import compare
 from sun_lightning.run.cli import main
 from sun_lightning.methods import METHODS, method_args
-from sun_lightning.results.comparison import gather
+from sun_lightning.study.report import gather
 from sun_lightning.results.runs import finished_runs
 from sun_lightning.tracking.store import local_store_uri
 
@@ -195,10 +195,13 @@ def test_ensembles_follow_the_configs_learner(method, config, tmp_path, monkeypa
 
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_every_method_trains_on_point_maze_s(method, tmp_path, monkeypatch):
-    """Every method of the paper runs on the TD3 variant too, at a tiny budget."""
+    """Every method of the paper runs on the TD3 variant too, at a tiny budget (small networks: the wiring is tested,
+    the paper's sizes are trained by tests/integration/test_train_all_envs.py)."""
     monkeypatch.chdir(tmp_path)
     config = ROOT / "conf/point_maze_s.yaml"
-    cli = main(["fit", "--config", str(config), *method_args(method, config), "--data.total_frames", "1064",
+    small = [f"--model.init_args.{name}={value}" for name, value in
+             {"hidden": 32, "maxout_width": 64, "head_width": 32, "batch_size": 32}.items()]
+    cli = main(["fit", "--config", str(config), *method_args(method, config), *small, "--data.total_frames", "1064",
                 "--data.warmup_frames", "1000", "--data.num_envs", "2", "--metrics.verbose", "false",
                 "--metrics.log_every_frames", "1000", "--trainer.logger", "false",
                 "--trainer.enable_checkpointing", "false", "--seed_everything", "0"])

@@ -79,7 +79,7 @@ def test_the_example_configs_fit_and_evaluate(config, tmp_path, monkeypatch):
 
 def test_a_report_process_knows_a_configs_own_env():
     """The comparison report draws a user's env's heatmaps in a process that ran none of its runs."""
-    from sun_lightning.results.comparison import record_config_env
+    from sun_lightning.study.report import record_config_env
     from sun_lightning.envs.maze_map import record_maze
     from sun_lightning.envs.registry import goal_space
     from sun_lightning.results.goal_grid import GoalGrid

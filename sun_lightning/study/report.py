@@ -1,5 +1,6 @@
 """The comparison runner's report side: its runs gathered from MLflow, the reports written into the results folder and
-onto the parent run, and the console tables (SPEC §7). The command line is :mod:`sun_lightning.compare`."""
+onto the parent run, and the console tables (SPEC §7). The command line is :mod:`sun_lightning.compare`; the reports
+themselves are :mod:`sun_lightning.results.report` and :mod:`sun_lightning.results.study`."""
 
 from __future__ import annotations
 
