@@ -9,7 +9,8 @@
 # Logs go to $OUT (default /tmp/gpu_check).
 #
 # Usage, from the repository root: bash bench/gpu_check.sh
-# Packages the machine lacks can be carried as wheels in .whl/ (installed to /tmp/site first).
+# Packages the machine lacks can be carried as wheels in .whl/ (bash bench/gpu_wheels.sh fetches them; installed to
+# /tmp/site first).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_check}
 PY=${PY:-python3}

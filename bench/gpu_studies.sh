@@ -11,7 +11,8 @@
 # With MPS=1 the runs share the GPU through CUDA's Multi-Process Service (kernels of many processes run side by
 # side, no context switches between them: launch-bound runs pack many to a GPU); where its daemon does not start
 # or a CUDA process cannot run under it, the daemon is stopped and the second studies file (if given) runs instead.
-# Packages the machine lacks can be carried as wheels in .whl/ (installed to /tmp/site first).
+# Packages the machine lacks can be carried as wheels in .whl/ (bash bench/gpu_wheels.sh fetches them; installed to
+# /tmp/site first).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_studies}
 PY=${PY:-python3}

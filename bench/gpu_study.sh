@@ -8,7 +8,8 @@
 # The store (mlruns/: the SQLite database and the runs' artifacts), the runner's output and the runs'
 # logs come back in $OUT/study.tar.gz; a finished run there is a FINISHED MLflow run like any other.
 # Checkpoints stay on the machine (too large to bring back): what did not finish is run again elsewhere.
-# Packages the machine lacks can be carried as wheels in .whl/ (installed to /tmp/site first).
+# Packages the machine lacks can be carried as wheels in .whl/ (bash bench/gpu_wheels.sh fetches them; installed to
+# /tmp/site first).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_study}
 PY=${PY:-python3}
