@@ -1,5 +1,6 @@
 """``python -m sun_lightning``: the LightningCLI, with one-line reports of user errors (exit code 2)."""
 
+import gc
 import os
 import sys
 
@@ -27,4 +28,8 @@ def entry(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(entry())
+    code = entry()
+    # Everything is written: the interpreter's last collection over torch's and Lightning's objects would take
+    # seconds and free nothing the process's exit does not.
+    gc.freeze()
+    sys.exit(code)
