@@ -50,7 +50,7 @@ class GoalSelector(ABC):
             (:meth:`score` gets the pool as ``[E, 1, K]``, each candidate's value read from one selecting
             env's state); else every env scores a batch of its own.
         value_actor: which actor the values V(s, g) = Q(s, π(s, g), g) act with (TD3 variant):
-            ``"online"`` or ``"target"``.
+            ``"online"`` or ``"target"`` (the bootstrap actor the TD targets read, SPEC §5b).
     """
 
     uses_goals: bool = True

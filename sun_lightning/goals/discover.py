@@ -12,7 +12,9 @@ The paper's GCRL runs used DISCOVER's public JAX code (GitHub repository Leander
   its reward is 1 on every step within reach. This project's V is the paper's first-hit SVF, ≈ γ^d
   (SPEC §1), so V is put on the official scale, Q = V / (1 − γ), before the official formula; the
   transformed value is then ≈ −d, minus the steps to the goal.
-* **Values through the target actor** (line 715): V(s, g) = Q(s, π'(s, g), g) with the online critics.
+* **Values through the target actor** (line 715): V(s, g) = Q(s, π'(s, g), g) with the online critics, π' the
+  bootstrap actor (``target_policy_params``: the online actor as of the previous actor step, moved τ towards
+  the current one; :class:`~sun_lightning.learners.target.FollowStep`).
 * **One pool for all envs** (``goal_selection``, lines 792–872): ``num_goals`` achieved goals drawn from
   the buffer (lines 804–812; 5000 in the point-maze and arm presets, ``scripts/train.sh`` lines 1–2 and
   5–6, 10000 in the ant-maze presets, lines 3–4), each scored from a fresh start state (line 817), and

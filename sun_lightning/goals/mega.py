@@ -16,23 +16,25 @@ Two public implementations, one per learner variant:
   lines 752–759), viability ``mean Q(s_0, g) > cutoff`` with the critics' mean through the target actor (lines 715,
   818–820), the k envs take the k lowest of ``filter_achieved_goals(..., "MIN")`` (lines 771–781, 841–843): the
   least dense viable goals, then the non-viable ones most reachable first. The cutoff starts at 0 (line 447, 1252)
-  and after each batch of B episodes (``adapt_mega_params``, lines 874–884) falls by 5 (``mega_cutoff_step_size``,
-  line 418) when success > 0.7, the cutoff is above the nearest-valued reached goal and stays ≥ 0, and rises by 5
-  when success < 0.3 and the cutoff is below 0.8 · horizon. Q there counts discounted steps within reach
+  and after each batch of B episodes (``adapt_mega_params``, lines 874–884) falls by 1 when success > 0.7, the
+  cutoff is above the nearest-valued reached goal and stays ≥ 0, and rises by 1 when success < 0.3 and the cutoff
+  is below 0.8 · horizon. The step is ``--mega_cutoff_step_size``, whose command-line default is 1 (``utils.py``
+  line 98, set by none of ``train.sh``'s presets); the 5 of ``train``'s signature (line 418) is never reached. Q there counts discounted steps within reach
   (≈ γ^d / (1 − γ)); this project's first-hit V ≈ γ^d is put on that scale, Q = V / (1 − γ), as for
   :class:`~sun_lightning.goals.discover.DISCOVERTD3`.
 * **DQN variant, mrl's MEGA** (:class:`MEGA`; spitis/mrl commit 97b3b63, ``mrl/modules/curiosity.py``,
   ``AchievedGoalCuriosity`` and ``DensityAchievedGoalCuriosity``, the ``minkde`` curiosity of
   ``experiments/mega/train_mega.py`` line 95): each selecting env draws ``num_sampled_ags`` = 100 achieved goals
-  (line 309 of ``train_mega.py``; ``curiosity.py`` lines 150–152), a KDE with a fixed bandwidth 0.1 on 10 000
+  (line 309 of ``train_mega.py``; ``curiosity.py`` lines 137–139), a KDE with a fixed bandwidth 0.1 on 10 000
   standardized achieved goals (``train_mega.py`` lines 78 and 307, ``density.py`` lines 50–58), viability
-  ``Q ≥ cutoff`` (``curiosity.py`` line 180), the least dense viable goal (the softmax of −log density,
-  lines 330–334, is monotone within one env's batch, so the argmin is the densest's opposite), else the most
-  reachable (line 193: non-viable goals score ``q · −1e−8``). mrl's rewards are −1 per step, so
+  ``Q ≥ cutoff`` (``curiosity.py`` line 165: ``bad_q_idxs = q_values < self.cutoff``), the least dense viable goal
+  (the softmax of −log density, lines 333–334, is monotone within one env's batch, so the argmin is the densest's
+  opposite), else the most reachable (line 179: non-viable goals score ``q · −1e−8``). mrl's rewards are −1 per step, so
   Q ≈ −(1 − γ^d) / (1 − γ) = −(1 − V) / (1 − γ). The cutoff starts at ``initial_cutoff`` −3, which is also its
   maximum (``configs/discrete_off_policy.py`` line 27), its minimum is −(1 − r^(0.8 T)) / (1 − r) with
-  r = min(γ, 0.99) (lines 45–49); once 10 episodes have ended since its last move it falls by 1 when their
-  success is ≥ 0.7 and rises by 1 when ≤ 0.3 (lines 165–176, thresholds line 26).
+  r = min(γ, 0.99) (``curiosity.py`` lines 47–51); once 10 episodes have ended since its last move it falls by 1
+  when their success is ≥ 0.7 and rises by 1 when ≤ 0.3 (lines 154–161, thresholds ``discrete_off_policy.py``
+  line 26).
 
 Where they differ and what this project keeps:
 
@@ -150,7 +152,7 @@ class MEGA(GoalSelector):
         return mega_scores(counts, q, viable)
 
     def before_filter(self, q: torch.Tensor) -> None:
-        """mrl's cutoff update, made as the goals are chosen (``curiosity.py`` lines 165–176)."""
+        """mrl's cutoff update, made as the goals are chosen (``curiosity.py`` lines 154–161)."""
         if len(self.successes) < self.success_window:
             return
         self.min_cutoff = max(self.floor, min(float(q.min()), self.min_cutoff))
@@ -185,7 +187,7 @@ class MEGATD3(MEGA):
         kde_samples: achieved goals the density is fitted on (``num_goals`` again).
         bandwidth: unset: Scott's rule with the full covariance (``jax.scipy.stats.gaussian_kde``).
         initial_cutoff: the cutoff's start on DISCOVER's scale, Q = V / (1 − γ) (0, also its minimum).
-        cutoff_step: ``mega_cutoff_step_size`` (5).
+        cutoff_step: ``--mega_cutoff_step_size`` (1, the official command line's default).
         success_window: unused (the cutoff moves after every batch of B episodes).
         success_low, success_high: the band (0.3, 0.7).
     """
@@ -195,7 +197,7 @@ class MEGATD3(MEGA):
 
     def __init__(self, num_candidates: PositiveInt = 5000, kde_samples: PositiveInt = 5000,
                  bandwidth: PositiveFloat | None = None, initial_cutoff: float = 0.0,
-                 cutoff_step: PositiveFloat = 5.0, success_window: PositiveInt = 1,
+                 cutoff_step: PositiveFloat = 1.0, success_window: PositiveInt = 1,
                  success_low: Fraction = 0.3, success_high: Fraction = 0.7) -> None:
         super().__init__(num_candidates, kde_samples, bandwidth, initial_cutoff, cutoff_step, success_window,
                          success_low, success_high)

@@ -1,8 +1,9 @@
 """Target networks: a Polyak (or hard) update that a learner calls after its optimizer steps.
 
-SPEC §5a moves the DQN target by τ = 0.001 every update; §5b moves TD3's
-critic target by 0.005 and its actor target by 5e-7, every second update. One
-:class:`TargetUpdate` per network covers all three (τ = 1 is a hard copy).
+SPEC §5a moves the DQN target by τ = 0.001 every update and §5b TD3's critic
+target by 0.005 every second update: one :class:`TargetUpdate` per network (τ = 1
+is a hard copy). TD3's bootstrap actor follows the online actor step by step
+instead (:class:`FollowStep`), as the code the paper ran has it.
 """
 
 from __future__ import annotations
@@ -67,3 +68,39 @@ class TargetUpdate:
 
     def load_state_dict(self, state: dict) -> None:
         self.calls = int(state["calls"])
+
+
+class FollowStep:
+    """The bootstrap actor of DISCOVER's TD3 code (SPEC §5b): around each optimizer step of the online
+    network, ``target ← (1 − τ)·online_before + τ·online_after``.
+
+    LeanderDiazBone/discover, ``src/baselines/td3/td3_train.py``, ``do_policy_update``:
+    ``new_target_policy_params = soft_update(training_state.policy_params, policy_params, tau)`` with
+    ``soft_update(x, y, τ) = (1 − τ)·x + τ·y`` and ``tau`` = 0.005, the critic target's rate. The target
+    is thus the online actor as of the previous actor step, moved τ towards the current one; it never
+    lags further. (The paper's "actor Polyak 5e-7" is that code's ``tau_policy``, which moves only a
+    slow copy read for evaluation under ``--eval_target_policy``, set by none of its presets.)
+
+    Call :meth:`before` right before the optimizer step and :meth:`after` right after it; neither reads
+    a host value (capturable).
+
+    Args:
+        online: the trained network.
+        target: its follower (same parameter shapes, in the same order).
+        tau: how far past the pre-step weights the follower moves towards the post-step ones, in (0, 1].
+    """
+
+    def __init__(self, online: nn.Module, target: nn.Module, tau: float) -> None:
+        # the same checks and parameter lists as a Polyak update applied every step
+        polyak = TargetUpdate(online, target, tau)
+        self.sources, self.targets, self.tau = polyak.sources, polyak.targets, polyak.tau
+
+    @torch.no_grad()
+    def before(self) -> None:
+        """Copy the online weights as they are before the step."""
+        torch._foreach_copy_(self.targets, self.sources)
+
+    @torch.no_grad()
+    def after(self) -> None:
+        """Move τ of the way to the online weights after the step."""
+        torch._foreach_lerp_(self.targets, self.sources, self.tau)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 from tensordict import TensorDictBase
@@ -16,7 +16,7 @@ from sun_lightning.envs.registry import GoalSpace
 from sun_lightning.learners.base import Learner, TrainStats, frozen
 from sun_lightning.learners.graphs import UpdateGraphs, count_optimizer_steps, graph_blockers, uses_graphs
 from sun_lightning.learners.policy import GaussianNoisePolicy
-from sun_lightning.learners.target import TargetUpdate
+from sun_lightning.learners.target import FollowStep, TargetUpdate
 from sun_lightning.losses.td_lambda import watkins_lambda_returns
 from sun_lightning.networks.encoders import RunningMeanStd, StandardizedRBF
 from sun_lightning.networks.td3 import GoalActor, GoalCritic
@@ -27,21 +27,33 @@ TRAIN_STATS = ("train/loss/td", "train/q/taken", "train/q/target", "train/path/s
 ACTOR_STATS = ("train/loss/actor",)
 
 
+class Plan(NamedTuple):
+    """What one update does besides the critic's step: a host-side schedule (one captured graph per plan)."""
+
+    actor: bool  #: the actor's step, which the bootstrap actor follows
+    critic_target: bool  #: the critic target's Polyak step
+
+
 class TD3SVF(Learner):
     """Learns Q(s, a, g_s) and a goal-conditioned actor π(s, g_s) with TD3 and TD(λ) targets (SPEC §5b).
 
     V(s, g) = Q(s, π(s, g), g) scores goals (SPEC §3). The reward is 1 and the step terminal where
     the state a step leads to is within η of the goal (the environment's reach rule). The critic's
     target is the TD(λ) return along each row's path to its goal (no Watkins cut, no clip of V);
-    bootstraps use the target actor's action plus clipped Gaussian smoothing. The actor maximizes
-    Q(s, π(s, g), g) every ``policy_delay`` updates; both targets move every ``target_every``
-    updates by their own Polyak rate. MSE loss, AdamW, no gradient clipping.
+    bootstraps use the bootstrap actor's action plus clipped Gaussian smoothing. The actor maximizes
+    Q(s, π(s, g), g) every ``policy_delay`` updates; the critic target moves every ``target_every``
+    updates by ``critic_tau``. The bootstrap actor ``actor_target`` (the "target actor" that the TD
+    targets and DISCOVER's and MEGA's selections read) is the online actor as of the previous actor
+    step, moved ``actor_tau`` towards the current one (:class:`~sun_lightning.learners.target.FollowStep`,
+    DISCOVER's ``td3_train.py``). MSE loss, AdamW, no gradient clipping.
 
     Args:
         goal_space: linked from the DataModule (dimensions, bounds, reach rule).
         gamma: discount γ.
         lam: trace factor λ.
-        critic_tau, actor_tau: Polyak rates of the critic's and the actor's targets.
+        critic_tau: Polyak rate of the critic's target.
+        actor_tau: after each actor step the bootstrap actor is (1 − τ)·π_before + τ·π_after (0.005: the
+            official code's ``tau``; an older config's 5e-7 gives the pre-step actor within 5e-7).
         target_every: updates between target updates.
         policy_delay: updates between actor updates.
         lr: AdamW learning rate (both networks).
@@ -73,7 +85,7 @@ class TD3SVF(Learner):
         gamma: OpenFraction = 0.99,
         lam: Fraction = 0.95,
         critic_tau: Rate = 0.005,
-        actor_tau: Rate = 5e-7,
+        actor_tau: Rate = 0.005,
         target_every: PositiveInt = 2,
         policy_delay: PositiveInt = 2,
         lr: PositiveFloat = 1e-3,
@@ -114,7 +126,7 @@ class TD3SVF(Learner):
         self.critic_target = self._target_of(self.critic)
         self.actor_target = self._target_of(self.actor)
         self.critic_target_update = TargetUpdate(self.critic, self.critic_target, critic_tau, target_every)
-        self.actor_target_update = TargetUpdate(self.actor, self.actor_target, actor_tau, target_every)
+        self.actor_target_update = FollowStep(self.actor, self.actor_target, actor_tau)
         self.stats, self.actor_stats = TrainStats(TRAIN_STATS), TrainStats(ACTOR_STATS)
         self._compiled: tuple | None = None  # (actor', critic') compiled on first use; a tuple: not submodules
         self._graphs: UpdateGraphs | None = None  # set by configure_optimizers where the update is captured
@@ -153,7 +165,8 @@ class TD3SVF(Learner):
         goal_keys: torch.Tensor | None = None, actor: Literal["online", "target"] = "online",
     ) -> tuple[torch.Tensor, None]:
         """V(s, g) = Q(s, π(s, g), g) of K candidates per state ``[B, K]`` (``[E, B, K]`` for ensembles; SPEC §3, §5b),
-        acting with the online actor π or, for ``actor="target"``, its target π' (DISCOVER's official selection)."""
+        acting with the online actor π or, for ``actor="target"``, the bootstrap actor π' (DISCOVER's official
+        selection: ``compute_value_function`` reads ``target_policy_params``)."""
         self.check_goal(goal)
         obs = obs.unsqueeze(1).expand(*goal.shape[:2], obs.shape[-1])
         policy = self.actor if actor == "online" else self.actor_target
@@ -187,32 +200,29 @@ class TD3SVF(Learner):
     def update(self, batch: TensorDictBase) -> None:
         """One TD3 update: the critic's step; every ``policy_delay`` updates the actor's; the targets' Polyak
         steps — eagerly, or as the captured graph of this update's plan."""
-        plan = ((self.updates + 1) % self.hparams.policy_delay == 0,  # the actor's step
-                self.critic_target_update.due, self.actor_target_update.due)
+        plan = Plan(actor=(self.updates + 1) % self.hparams.policy_delay == 0,
+                    critic_target=self.critic_target_update.due)
         if self._graphs is None:
             out = self.update_step(batch, plan, checked=True)
         else:
             out = self._graphs(batch, plan)
             optimizers = self.optimizers()
-            count_optimizer_steps(optimizers if plan[0] else optimizers[:1])
+            count_optimizer_steps(optimizers if plan.actor else optimizers[:1])
             # read together at the training step's end (Learner.flush_finite_checks), after the update applied
             self.check_finite("train/loss/td", out["stats"][0])
-            if plan[0]:
+            if plan.actor:
                 self.check_finite("train/loss/actor", out["actor"][0], self.updates + 1)
         self.updates += 1
         self.stats.add(out["stats"])
-        if plan[0]:
+        if plan.actor:
             self.actor_stats.add(out["actor"])
         self.critic_target_update.advance()
-        self.actor_target_update.advance()
 
-    def update_step(self, batch: TensorDictBase, plan: tuple[bool, bool, bool],
-                    checked: bool = False) -> dict[str, torch.Tensor]:
-        """The steps of one update that ``plan`` names — (the actor's step, the critic target's move, the actor
-        target's move) — reading no host value unless ``checked`` (the losses' finiteness before each step,
-        and Lightning's optimizer wrappers: the eager update). Returns the critic's statistics (``stats``,
-        :data:`TRAIN_STATS`) and, with the actor's step, its loss (``actor``, ``[1]``)."""
-        actor_step, move_critic, move_actor = plan
+    def update_step(self, batch: TensorDictBase, plan: Plan, checked: bool = False) -> dict[str, torch.Tensor]:
+        """The steps of one update that ``plan`` names, reading no host value unless ``checked`` (the losses'
+        finiteness before each step, and Lightning's optimizer wrappers: the eager update). Returns the
+        critic's statistics (``stats``, :data:`TRAIN_STATS`) and, with the actor's step, its loss (``actor``,
+        ``[1]``)."""
         optimizers = self.optimizers()
         critic_opt, actor_opt = optimizers if checked else [getattr(o, "optimizer", o) for o in optimizers]
         backward = self.manual_backward if checked else torch.Tensor.backward
@@ -223,7 +233,7 @@ class TD3SVF(Learner):
         backward(loss)
         critic_opt.step()
         out = {"stats": stats}
-        if actor_step:
+        if plan.actor:
             # The critic is held fixed: frozen, so that its parameters are outside the actor loss's graph
             # (DDP then sees them unused in this backward, as in the critic's backward the actor's are).
             with frozen(self.critic):
@@ -232,12 +242,12 @@ class TD3SVF(Learner):
                     self.check_finite("train/loss/actor", actor_loss, self.updates + 1)
                 actor_opt.zero_grad(set_to_none=True)
                 backward(actor_loss)
+            self.actor_target_update.before()
             actor_opt.step()
+            self.actor_target_update.after()
             out["actor"] = actor_loss.detach().reshape(1)
-        if move_critic:
+        if plan.critic_target:
             self.critic_target_update.move()
-        if move_actor:
-            self.actor_target_update.move()
         return out
 
     def critic_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
@@ -258,7 +268,8 @@ class TD3SVF(Learner):
 
         Along a row's path of k steps (``PATH_VALID``), step j leads to s'_j: reward r_j = 1 and terminal
         where s'_j reaches the goal (the environment's reach rule), terminal where the episode terminated,
-        bootstrap B_j = Q'(s'_j, clip(π'(s'_j, g) + clip(ε, −c, c), −1, 1), g) with ε ~ N(0, σ²). Then
+        bootstrap B_j = Q'(s'_j, clip(π'(s'_j, g) + clip(ε, −c, c), −1, 1), g) with ε ~ N(0, σ²) (π': the
+        bootstrap actor). Then
         G_{k−1} = r + γ(1 − d)B and G_j = r_j + γ(1 − d_j)((1 − λ)B_j + λG_{j+1}); the target is G_0.
         Returns, rewards and bootstraps are float32 whatever the autocast dtype of the networks.
 
@@ -300,7 +311,7 @@ class TD3SVF(Learner):
         return bootstrap.index_put_(steps, self.target_values(next_obs[steps], goal, steps[0], self.target_nets()[1]))
 
     def target_nets(self) -> tuple[torch.nn.Module, torch.nn.Module]:
-        """The target actor and critic, compiled when ``compile_targets`` is set (the same parameters)."""
+        """The bootstrap actor and the target critic, compiled when ``compile_targets`` is set (the same parameters)."""
         if not self.hparams.compile_targets:
             return self.actor_target, self.critic_target
         if self._compiled is None:
@@ -308,7 +319,7 @@ class TD3SVF(Learner):
         return self._compiled
 
     def target_values(self, obs: torch.Tensor, goal: torch.Tensor, goal_index: torch.Tensor, critic) -> torch.Tensor:
-        """Q'(s, clip(π'(s, g) + clip(ε, −c, c), −1, 1), g) in float32: the target actor with TD3's smoothing noise.
+        """Q'(s, clip(π'(s, g) + clip(ε, −c, c), −1, 1), g) in float32: the bootstrap actor with TD3's smoothing noise.
 
         Args:
             obs: states ``[..., L, obs_dim]``.
@@ -329,13 +340,11 @@ class TD3SVF(Learner):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         super().on_save_checkpoint(checkpoint)
-        checkpoint["sun_target_update"] = {"critic": self.critic_target_update.state_dict(),
-                                           "actor": self.actor_target_update.state_dict()}
+        checkpoint["sun_target_update"] = {"critic": self.critic_target_update.state_dict()}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         super().on_load_checkpoint(checkpoint)
         state = checkpoint.get("sun_target_update")
-        if state:
+        if state:  # an older checkpoint's "actor" schedule has no use: the bootstrap actor follows every actor step
             self.critic_target_update.load_state_dict(state["critic"])
-            self.actor_target_update.load_state_dict(state["actor"])
 

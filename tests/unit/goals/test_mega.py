@@ -67,10 +67,11 @@ def test_discover_cutoff_schedule_on_scripted_batches():
     rule = MEGATD3()
     rule.bind(Learner(None), num_envs=2, horizon=100)
     v = torch.full((2,), 0.1 * (1 - GAMMA))  # Q = V / (1 − γ) = 0.1 on DISCOVER's scale
-    for reached, expected in [([0, 0], 5.0), ([0, 1], 5.0), ([1, 1], 0.0), ([1, 1], 0.0)]:
+    assert rule.cutoff_step == 1.0  # the official command line's --mega_cutoff_step_size
+    for reached, expected in [([0, 0], 1.0), ([0, 1], 1.0), ([1, 1], 0.0), ([1, 1], 0.0)]:
         rule.episodes_ended(torch.tensor(reached, dtype=torch.bool), v)
-        assert rule.cutoff == expected  # < 0.3 rises by 5; in the band stays; > 0.7 falls while ≥ 0 and above Q·reached
-    for _ in range(20):  # never above 0.8 · horizon
+        assert rule.cutoff == expected  # < 0.3 rises by 1; in the band stays; > 0.7 falls while ≥ 0 and above Q·reached
+    for _ in range(100):  # never above 0.8 · horizon
         rule.episodes_ended(torch.zeros(2, dtype=torch.bool), v)
     assert rule.cutoff == 80.0
 

@@ -38,7 +38,7 @@ def test_polyak_steps_on_every_kth_call_by_tau(tau, every):
 
 
 def test_two_rates_for_two_networks_after_k_updates():
-    # TD3 (SPEC §5b): critic τ = 0.005, actor τ = 5e-7, both every 2 updates: count and inspect.
+    # Two Polyak updates side by side, τ = 0.005 and 5e-7, both every 2 updates: count and inspect.
     # float64: a step of 5e-7 of the gap is below float32's resolution at these weights' size.
     critic, critic_target = (n.double() for n in nets(0))
     actor, actor_target = (n.double() for n in nets(1))
@@ -110,3 +110,25 @@ def test_the_dqn_update_is_clip_then_adamw_then_polyak():
             torch.testing.assert_close(p.detach().double().flatten(), r, rtol=1e-5, atol=1e-6)
         for t, r in zip(target.parameters(), ref_target):
             torch.testing.assert_close(t.double().flatten(), r, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("tau", [0.005, 1.0])
+def test_follow_step_is_the_pre_step_weights_moved_tau_towards_the_post_step_ones(tau):
+    from sun_lightning.learners.target import FollowStep
+
+    online, target = nets()
+    follow = FollowStep(online, target, tau)
+    opt = torch.optim.SGD(online.parameters(), lr=0.1)
+    for step in range(3):
+        pre = [p.detach().clone() for p in online.parameters()]
+        online(torch.randn(4, 5)).square().sum().backward()
+        follow.before()
+        opt.step()
+        opt.zero_grad()
+        follow.after()
+        for t, a, b in zip(target.parameters(), pre, online.parameters()):
+            assert torch.equal(t, torch.lerp(a, b.detach(), tau))  # no memory of the earlier steps
+    if tau == 1.0:
+        assert all(torch.equal(t, p) for t, p in zip(target.parameters(), online.parameters()))
+    with pytest.raises(ValueError, match="tau"):
+        FollowStep(online, target, 0.0)

@@ -1,5 +1,5 @@
 """The TD3 variant (SPEC §5b): networks, future-goal relabelling and TD(λ) targets against slow loops,
-policy delay, target smoothing and the two Polyak rates."""
+policy delay, target smoothing, the critic target's Polyak rate and the bootstrap actor that follows each actor step."""
 
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ def test_target_smoothing_noise_is_clipped(monkeypatch):
     assert (noise <= 0.5 + 1e-6).all() and torch.isclose(noise.max(), torch.tensor(0.5))
 
 
-def test_policy_delay_and_two_polyak_rates():
+def test_policy_delay_the_critic_targets_rate_and_the_bootstrap_actor():
     torch.manual_seed(0)
     learner = TD3SVF(SPACE, **SMALL).double()
     storage = storage_of_walks()
@@ -165,16 +165,19 @@ def test_policy_delay_and_two_polyak_rates():
         after = (snapshot(learner.critic), snapshot(learner.actor), snapshot(learner.critic_target),
                  snapshot(learner.actor_target))
         actors.append(any(not torch.equal(a, b) for a, b in zip(before[1], after[1])))
-        for moved, (old, new, online, tau) in ((critic_targets, (before[2], after[2], after[0], 0.005)),
-                                               (actor_targets, (before[3], after[3], after[1], 5e-7))):
-            changed = any(not torch.equal(a, b) for a, b in zip(old, new))
-            moved.append(changed)
-            if changed:  # by tau of the gap to the online network after its step
-                for o, n, p in zip(old, new, online):
-                    torch.testing.assert_close(n - o, tau * (p - o), rtol=1e-6, atol=1e-15)
+        changed = any(not torch.equal(a, b) for a, b in zip(before[2], after[2]))
+        critic_targets.append(changed)
+        if changed:  # by tau of the gap to the online critic after its step
+            for o, n, p in zip(before[2], after[2], after[0]):
+                torch.testing.assert_close(n - o, 0.005 * (p - o), rtol=1e-6, atol=1e-15)
+        changed = any(not torch.equal(a, b) for a, b in zip(before[3], after[3]))
+        actor_targets.append(changed)
+        if changed:  # the actor before its step, moved 0.005 towards the actor after it
+            for pre, n, post in zip(before[1], after[3], after[1]):
+                assert torch.equal(n, torch.lerp(pre, post, 0.005))
     assert learner.updates == 4
     assert actors == [False, True, False, True]  # policy delay 2
-    assert critic_targets == actor_targets == [False, True, False, True]  # targets every 2 updates
+    assert critic_targets == actor_targets == [False, True, False, True]  # with the actor's step, every 2 updates
     metrics = learner.pop_train_metrics()
     assert metrics["train/updates/total"] == 4 and "train/loss/actor" in metrics and "train/loss/td" in metrics
 
@@ -242,3 +245,34 @@ def test_a_goal_of_the_wrong_dimension_is_named():
         learner.goal_values(torch.zeros(2, 3), torch.zeros(2, 4, 3))
     with pytest.raises(ValueError, match=r"goal of shape \(2, 1\)"):
         learner.act(torch.zeros(2, 3), torch.zeros(2, 1))
+
+
+@pytest.mark.parametrize("ensemble", [False, True])
+def test_the_bootstrap_actor_is_the_previous_actor_steps_online_actor(ensemble):
+    """DISCOVER's td3_train.py: ``target_policy = soft_update(policy_old, policy_new, tau)`` at every actor step.
+    After several actor steps the bootstrap actor (what the TD targets and DISCOVER's and MEGA's selections read)
+    is the online actor of the previous actor step moved τ towards the current one, weight for weight: it does
+    not lag behind a near-random initialisation by a 5e-7 Polyak rate."""
+    from sun_lightning.learners.ensemble_td3 import EnsembleTD3SVF
+
+    torch.manual_seed(0)
+    learner = (EnsembleTD3SVF if ensemble else TD3SVF)(SPACE, **SMALL)
+    critic_opt, actor_opt = learner.configure_optimizers()
+    learner.optimizers = lambda: (critic_opt, actor_opt)
+    learner.manual_backward = lambda loss, **kwargs: loss.backward(**kwargs)
+    storage, sampler = storage_of_walks(), FutureGoalSampler(batch_size=32, horizon=5)
+    count = learner.batches_per_update if ensemble else None
+    initial = [p.detach().clone() for p in learner.actor_target.parameters()]
+    actors = []  # the online actor after each actor step
+    for _ in range(8):  # policy delay 2: four actor steps
+        learner.update(sampler.sample(storage, count=count))
+        if learner.updates % 2 == 0:
+            actors.append([p.detach().clone() for p in learner.actor.parameters()])
+    assert len(actors) == 4
+    tau = learner.hparams.actor_tau
+    for target, previous, current in zip(learner.actor_target.parameters(), actors[-2], actors[-1]):
+        assert torch.equal(target, torch.lerp(previous, current, tau))
+    # and it has moved with the actor: as far from its initial weights as the online actor of the last step but one
+    drift = sum(float((t - i).norm()) for t, i in zip(learner.actor_target.parameters(), initial))
+    online = sum(float((p - i).norm()) for p, i in zip(actors[-2], initial))
+    assert drift > 0.9 * online > 0
