@@ -44,16 +44,16 @@ class TD3SVF(Learner):
     Q(s, π(s, g), g) every ``policy_delay`` updates; the critic target moves every ``target_every``
     updates by ``critic_tau``. The bootstrap actor ``actor_target`` (the "target actor" that the TD
     targets and DISCOVER's and MEGA's selections read) is the online actor as of the previous actor
-    step, moved ``actor_tau`` towards the current one (:class:`~sun_lightning.learners.target.FollowStep`,
-    DISCOVER's ``td3_train.py``). MSE loss, AdamW, no gradient clipping.
+    step, moved ``critic_tau`` towards the current one (:class:`~sun_lightning.learners.target.FollowStep`;
+    DISCOVER's ``td3_train.py`` uses its one ``tau`` for both). MSE loss, AdamW, no gradient clipping.
 
     Args:
         goal_space: linked from the DataModule (dimensions, bounds, reach rule).
         gamma: discount γ.
         lam: trace factor λ.
-        critic_tau: Polyak rate of the critic's target.
-        actor_tau: after each actor step the bootstrap actor is (1 − τ)·π_before + τ·π_after (0.005: the
-            official code's ``tau``; an older config's 5e-7 gives the pre-step actor within 5e-7).
+        critic_tau: τ, the Polyak rate of the critic's target; after each actor step the bootstrap actor is
+            (1 − τ)·π_before + τ·π_after (the official code's one ``tau``, 0.005). The paper's "actor Polyak
+            5e-7" (an earlier ``actor_tau``) moved a slow copy the official runs never read; it is gone.
         target_every: updates between target updates.
         policy_delay: updates between actor updates.
         lr: AdamW learning rate (both networks).
@@ -85,7 +85,6 @@ class TD3SVF(Learner):
         gamma: OpenFraction = 0.99,
         lam: Fraction = 0.95,
         critic_tau: Rate = 0.005,
-        actor_tau: Rate = 0.005,
         target_every: PositiveInt = 2,
         policy_delay: PositiveInt = 2,
         lr: PositiveFloat = 1e-3,
@@ -126,7 +125,7 @@ class TD3SVF(Learner):
         self.critic_target = self._target_of(self.critic)
         self.actor_target = self._target_of(self.actor)
         self.critic_target_update = TargetUpdate(self.critic, self.critic_target, critic_tau, target_every)
-        self.actor_target_update = FollowStep(self.actor, self.actor_target, actor_tau)
+        self.actor_target_update = FollowStep(self.actor, self.actor_target, critic_tau)
         self.stats, self.actor_stats = TrainStats(TRAIN_STATS), TrainStats(ACTOR_STATS)
         self._compiled: tuple | None = None  # (actor', critic') compiled on first use; a tuple: not submodules
         self._graphs: UpdateGraphs | None = None  # set by configure_optimizers where the update is captured

@@ -282,7 +282,7 @@ def test_every_numeric_hyperparameter_declares_its_domain(cls):
     ("sun_lightning.learners.ensemble_dqn.EnsembleDQNSVF", "ensemble_size", 0, "ensemble_size must be positive, got 0"),
     ("sun_lightning.learners.td3.TD3SVF", "exploration_noise", -0.4, "exploration_noise must be >= 0, got -0.4"),
     ("sun_lightning.learners.td3.TD3SVF", "future_fraction", 1.5, "future_fraction must be in [0, 1], got 1.5"),
-    ("sun_lightning.learners.ensemble_td3.EnsembleTD3SVF", "actor_tau", 0.0, "actor_tau must be in (0, 1], got 0.0"),
+    ("sun_lightning.learners.ensemble_td3.EnsembleTD3SVF", "critic_tau", 0.0, "critic_tau must be in (0, 1], got 0.0"),
     ("sun_lightning.learners.td3.TD3SVF", "batch_size", 0, "batch_size must be positive, got 0"),
     ("sun_lightning.learners.td3.TD3SVF", "lr", float("nan"), "lr must be positive, got nan"),
 ])

@@ -139,3 +139,37 @@ def test_a_checkpoint_written_by_this_version_resumes(tmp_path, monkeypatch):
     assert kept["frames"] == 800
     final = _final(cli)
     assert 0 < final["explore/visits/coverage"] <= 1 and math.isfinite(final["train/loss/td"])
+
+
+TD3_FIXTURE = ROOT / "tests" / "data" / "point_maze_s_sun_400_actor_tau.ckpt.gz"
+SMALL_TD3 = ["--model.init_args.hidden", "32", "--model.init_args.features", "16", "--model.init_args.maxout_width", "64",
+             "--model.init_args.head_width", "32", "--model.init_args.batch_size", "32", "--model.init_args.rbf_centres", "5"]
+
+
+def test_a_td3_checkpoint_from_before_the_bootstrap_actor_follows_resumes(tmp_path, monkeypatch):
+    """A PointMaze-S checkpoint (400 frames, small networks) written when the TD3 target actor still moved by an
+    ``actor_tau`` of 5e-7 resumes under the command that wrote it: the setting that is gone is no difference, and
+    from the first actor step on the bootstrap actor follows the online actor."""
+    import gzip
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "checkpoints" / "PointMazeS-sun-seed0"
+    folder.mkdir(parents=True)
+    path = folder / "frames=000000400.ckpt"
+    with gzip.open(TD3_FIXTURE) as source, open(path, "wb") as target:
+        shutil.copyfileobj(source, target)
+    shutil.copy(TD3_FIXTURE.with_suffix("").with_suffix(".ckpt.json"), folder / "frames=000000400.ckpt.json")
+    saved = torch.load(path, weights_only=False, map_location="cpu")
+    assert saved["hyper_parameters"]["actor_tau"] == 5e-7
+    weights = saved["state_dict"]
+    old_gap = max(float((weights[k] - weights[k.replace("actor_target.", "actor.")]).abs().max())
+                  for k in weights if k.startswith("actor_target.") and "stats" not in k)
+    args = _args("point_maze_s.yaml", 600, 200, 200, "--data.num_envs", "2", "--eval.every_frames", "0", *SMALL_TD3)
+    cli = main([*args, "--ckpt_path", str(path)])
+    assert cli.datamodule.frames == 600 and cli.model.updates == 100  # 0.25 updates per frame after the warm-up
+    model = cli.model
+    gap = max(float((t - p).abs().max()) for t, p in zip(model.actor_target.parameters(), model.actor.parameters()))
+    assert gap < 0.1 * old_gap  # it was the near-initial slow copy; now one actor step behind
+    final = _final(cli)
+    assert 0 < final["explore/visits/coverage"] <= 1 and math.isfinite(final["train/loss/td"])

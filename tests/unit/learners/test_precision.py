@@ -83,9 +83,9 @@ def test_bf16_updates_keep_float32_weights_state_and_the_polyak_rule(learner_cls
             moved += 1
             for old, new, online in zip(before, learner.critic_target.parameters(), learner.critic.parameters()):
                 assert torch.equal(new, torch.lerp(old, online, hp.critic_tau))  # the float32 rule, bit for bit
-            # the bootstrap actor: the actor before this update's step, moved actor_tau towards it after, in float32
+            # the bootstrap actor: the actor before this update's step, moved critic_tau towards it after, in float32
             for old, new, online in zip(before_actor, learner.actor_target.parameters(), learner.actor.parameters()):
-                assert torch.equal(new, torch.lerp(old, online, hp.actor_tau))
+                assert torch.equal(new, torch.lerp(old, online, hp.critic_tau))
     assert moved == 2
 
 

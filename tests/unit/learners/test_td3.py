@@ -269,7 +269,7 @@ def test_the_bootstrap_actor_is_the_previous_actor_steps_online_actor(ensemble):
         if learner.updates % 2 == 0:
             actors.append([p.detach().clone() for p in learner.actor.parameters()])
     assert len(actors) == 4
-    tau = learner.hparams.actor_tau
+    tau = learner.hparams.critic_tau
     for target, previous, current in zip(learner.actor_target.parameters(), actors[-2], actors[-1]):
         assert torch.equal(target, torch.lerp(previous, current, tau))
     # and it has moved with the actor: as far from its initial weights as the online actor of the last step but one

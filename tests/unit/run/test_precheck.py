@@ -48,7 +48,7 @@ BAD = [
     ["fit", "--config", THREE_ROOM, "--model.init_args.gamma", "1.5"],
     ["fit", "--config", THREE_ROOM, "--checkpoint.every_frames", "0"],
     ["fit", "--config", THREE_ROOM, "--trainer.max_epochz", "3"],
-    ["fit", "--config", POINT_MAZE, "--model.init_args.actor_tau", "0"],
+    ["fit", "--config", POINT_MAZE, "--model.init_args.critic_tau", "0"],
     ["fit", "--config", POINT_MAZE, "--data.rho", "-1"],
     ["fit", "--config", POINT_MAZE, "--checkpoint.keep", "many"],
     ["fitt"],
