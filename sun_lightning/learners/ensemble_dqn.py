@@ -28,6 +28,7 @@ from sun_lightning.domains import PositiveInt
 from sun_lightning.envs.registry import GoalSpace
 from sun_lightning.learners.dqn import DQNSVF
 from sun_lightning.learners.target import TargetUpdate
+from sun_lightning.native import q_loss as native_loss
 from sun_lightning.networks.ensemble import stack_members
 
 
@@ -108,10 +109,24 @@ class EnsembleDQNSVF(DQNSVF):
 
             return torch.vmap(member, in_dims=(0, in_dim, in_dim), randomness="different")(params, obs, goal)
 
-        def member_rows(p: dict, o: torch.Tensor, g: torch.Tensor, oi: torch.Tensor, gi: torch.Tensor) -> torch.Tensor:
-            return functional_call(net, p, (o, g), {"dropout": dropout, "obs_index": oi, "goal_index": gi})
+        # Three steps, as GoalQNetwork.forward takes them: the tables (vmapped), the rows' gather over all
+        # members at once, the rows (vmapped). vmap's batching rule for an index_select whose input and index
+        # are both batched is several times slower than one plain gather, forward and backward.
+        method = _Method(net)
+        wrapped = {f"net.{name}": p for name, p in params.items()}
 
-        return torch.vmap(member_rows, in_dims=(0, in_dim, in_dim, 0, 0), randomness="different")(params, obs, goal, obs_index, goal_index)
+        def member_tables(p: dict, o: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return functional_call(method, p, ("tables", o, g, dropout))
+
+        f_s, pre_s, f_g, pre_g = torch.vmap(member_tables, in_dims=(0, in_dim, in_dim), randomness="different")(
+            wrapped, obs, goal)
+        f_s, pre_s = _member_rows(f_s, obs_index), _member_rows(pre_s, obs_index)
+        f_g, pre_g = _member_rows(f_g, goal_index), _member_rows(pre_g, goal_index)
+
+        def member_q(p: dict, *features: torch.Tensor) -> torch.Tensor:
+            return functional_call(method, p, ("rows", *features))
+
+        return torch.vmap(member_q)(wrapped, f_s, pre_s, f_g, pre_g)
 
     # ---- values for data collection -------------------------------------------------
     @torch.no_grad()
@@ -216,10 +231,46 @@ class EnsembleDQNSVF(DQNSVF):
                              f"{tuple(batch.batch_size)}")
         if target_index is None:
             target_index = self.draw_target_index(batch[keys.ACTION].device)
+        if self._native(batch):
+            return self._native_members(batch, target_index)
         loss, stats = super().loss_and_stats(batch, target_index=target_index)
         # F.huber_loss averages over all E·N·T rows, i.e. (1/E) Σ_e L_e: scaled back, each member's
         # gradient is exactly that of its own loss.
         return loss * self.ensemble_size, stats
+
+    def _native_members(self, batch: TensorDict, target_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The loss on the CPU: each member's through the single critic's C kernel, on its own batch with its
+        slice of the stacked weights (the gradient lands in that slice) and target network ``target_index[e]``'s
+        slice. The members' encoders run in one vmapped call each for the online and the drawn target networks."""
+        hp, e = self.hparams, self.ensemble_size
+        states, goals = batch[keys.STATES], batch[keys.GOALS]
+        online = dict(self.q.named_parameters())
+        drawn = {name: p[target_index] for name, p in self.q_target.named_parameters()}
+        x_s, x_g = self._members_encode(self.q, online, states, goals)
+        with torch.no_grad():
+            xt_s, xt_g = self._members_encode(self.q_target, drawn, states, goals)
+        params, targets = native_loss.params_of(self.q), native_loss.params_of(self.q_target)
+        drawn_index = target_index.tolist()
+        losses, stats = [], []
+        for m in range(e):
+            loss, stat = native_loss.table_q_loss(
+                (x_s[m], x_g[m]), (xt_s[m], xt_g[m]), native_loss.QParams(*(w[m] for w in params)),
+                native_loss.QParams(*(w[drawn_index[m]] for w in targets)), native_loss.config_of(self.q, True),
+                batch[m], hp.gamma, hp.lam, hp.bootstrap_clip, 1.0 - hp.gamma, hp.huber_delta)
+            losses.append(loss)
+            stats.append(stat)
+        return torch.stack(losses).sum(), torch.stack(stats).mean(0)
+
+    def _members_encode(self, net: nn.Module, params: dict, states: torch.Tensor,
+                        goals: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """φ_e(s), φ_e(g_s) of every member's own tables ``[E, U, ...]``: one vmapped call."""
+        wrapped = {f"net.{name}": p for name, p in params.items()}
+        method = _Method(net)
+
+        def member(p: dict, o: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return functional_call(method, p, ("encode", o, g))
+
+        return torch.vmap(member)(wrapped, states, goals)
 
     @torch.no_grad()
     def clip_gradients(
@@ -243,6 +294,26 @@ class EnsembleDQNSVF(DQNSVF):
         coef = (gradient_clip_val / (norm + 1e-6)).clamp(max=1.0)
         for g in grads:
             g.mul_(coef.view(-1, *[1] * (g.dim() - 1)))
+
+
+class _Method(nn.Module):
+    """Calls one method of ``net`` by name, so that :func:`torch.func.functional_call` can run methods other
+    than ``forward`` with substituted parameters (named ``net.<name>``)."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, name: str, *args):
+        return getattr(self.net, name)(*args)
+
+
+def _member_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Member e's rows ``index[e]`` of its own table ``table[e]``: ``[E, U, ...]`` and ``[E, L]`` → ``[E, L, ...]``,
+    one gather over the members' tables laid end to end."""
+    e, u = table.shape[:2]
+    offset = torch.arange(e, device=index.device).unsqueeze(1) * u
+    return table.flatten(0, 1).index_select(0, (index + offset).flatten()).unflatten(0, (e, index.shape[1]))
 
 
 def _at_goal_action(q: torch.Tensor, goal_action: torch.Tensor) -> torch.Tensor:

@@ -33,7 +33,7 @@ from torch.autograd.function import once_differentiable
 from sun_lightning import keys
 from sun_lightning.native import NativeError, NativeLibrary, simd_flags
 
-__all__ = ["QConfig", "QParams", "available", "config_of", "params_of", "q_loss"]
+__all__ = ["QConfig", "QParams", "available", "config_of", "params_of", "q_loss", "table_q_loss"]
 
 _p, _int, _i64, _u64, _f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float
 # Selects compile to blends only without trapping math; AVX2 where PyTorch itself uses it.
@@ -280,10 +280,19 @@ def q_loss(net: nn.Module, target_net: nn.Module, batch: TensorDictBase, gamma: 
     x_s, x_g = net.encode(states, goals)
     with torch.no_grad():
         xt_s, xt_g = target_net.encode(states, goals)
-    params, target_params = params_of(net), params_of(target_net)
+    return table_q_loss((x_s, x_g), (xt_s, xt_g), params_of(net), params_of(target_net), config_of(net, True), batch,
+                        gamma, lam, bootstrap_clip, tol, huber_delta)
+
+
+def table_q_loss(encoded: tuple[torch.Tensor, torch.Tensor], target_encoded: tuple[torch.Tensor, torch.Tensor],
+                 params: QParams, target_params: QParams, cfg: QConfig, batch: TensorDictBase, gamma: float,
+                 lam: float, bootstrap_clip: float | None, tol: float, huber_delta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`q_loss` from the batch's encoded tables φ(s), φ(g_s) (online and target) and weights given apart
+    from a module: an ensemble member's slice of stacked weights, whose gradient lands in that slice."""
+    (x_s, x_g), (xt_s, xt_g) = encoded, target_encoded
     clip = float("inf") if bootstrap_clip is None else bootstrap_clip
     call = _LossCall(x_s.contiguous(), x_g.contiguous(), xt_s.contiguous(), xt_g.contiguous(), params, target_params,
-                     config_of(net, True), batch, (gamma, lam, clip, tol, huber_delta))
+                     cfg, batch, (gamma, lam, clip, tol, huber_delta))
     if torch.is_grad_enabled() and (x_s.requires_grad or x_g.requires_grad or any(t.requires_grad for t in params)):
         return _QLoss.apply(call, call.x_s, call.x_g, *params)
     loss, stats, _ = call.run(None)

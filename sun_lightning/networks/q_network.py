@@ -163,17 +163,27 @@ class GoalQNetwork(nn.Module):
                 then runs once per distinct input and its features are gathered.
             goal_action: the goal action of each row ``[...]``: returns Q(s, ·, g_s, g_a).
         """
-        x_s, x_g = self.encode(obs, goal)
-        f_s, f_g = self.state_branch(x_s, dropout), self.goal_branch(x_g, dropout)
-        # The maxout's linear map of concat(f_s, f_g, f_s ⊙ f_g) is the sum of
-        # three maps; the first two run on the tables, only the product per row.
-        w_s, w_g, w_p = self.maxout.linear.weight.split(f_s.shape[-1], dim=1)
-        pre_s, pre_g = F.linear(f_s, w_s), F.linear(f_g, w_g)
+        f_s, pre_s, f_g, pre_g = self.tables(obs, goal, dropout)
         # index_select: a plain row gather, cheaper than advanced indexing on CPU.
         if obs_index is not None:
             f_s, pre_s = f_s.index_select(0, obs_index), pre_s.index_select(0, obs_index)
         if goal_index is not None:
             f_g, pre_g = f_g.index_select(0, goal_index), pre_g.index_select(0, goal_index)
+        return self.rows(f_s, pre_s, f_g, pre_g, goal_action)
+
+    def tables(self, obs: torch.Tensor, goal: torch.Tensor, dropout: bool = False) -> tuple[torch.Tensor, ...]:
+        """What runs once per distinct input: the branch features f_s, f_g and their shares of the maxout's
+        pre-activations. The maxout's linear map of concat(f_s, f_g, f_s ⊙ f_g) is the sum of three maps; the
+        first two run on the tables, only the product's per row (:meth:`rows`)."""
+        x_s, x_g = self.encode(obs, goal)
+        f_s, f_g = self.state_branch(x_s, dropout), self.goal_branch(x_g, dropout)
+        w_s, w_g, _ = self.maxout.linear.weight.split(f_s.shape[-1], dim=1)
+        return f_s, F.linear(f_s, w_s), f_g, F.linear(f_g, w_g)
+
+    def rows(self, f_s: torch.Tensor, pre_s: torch.Tensor, f_g: torch.Tensor, pre_g: torch.Tensor,
+             goal_action: torch.Tensor | None = None) -> torch.Tensor:
+        """Q of rows from their gathered :meth:`tables` entries (``[..., |A|, |A|]``, or ``[..., |A|]`` at ``goal_action``)."""
+        w_p = self.maxout.linear.weight.split(f_s.shape[-1], dim=1)[2]
         # In place where the shapes allow: these [rows, pieces · width] passes,
         # not the matmuls, dominate an update on CPU. Neither op's backward
         # needs the overwritten values.

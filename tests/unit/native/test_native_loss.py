@@ -140,3 +140,70 @@ def test_auto_picks_the_kernel_on_cpu_and_torch_without_a_compiler(monkeypatch):
     assert module.loss_and_stats(batch)[0].grad_fn.name() == "HuberLossBackward0"
     with pytest.raises(ValueError, match="backend"):
         DQNSVF(FOUR_ROOM, backend="cuda")
+
+
+@pytest.mark.parametrize("space", [FOUR_ROOM, MOUNTAIN_CAR], ids=["one-hot", "rbf"])
+def test_the_ensemble_runs_each_member_through_the_kernel_on_its_own_batch_and_drawn_target(space):
+    """EnsembleDQNSVF on the CPU: member e's loss is the single critic's kernel on member e's batch, with member e's
+    weights and target network ``drawn[e]``'s (dropout on: the same seeds drawn in the same order), the loss their sum,
+    each member's gradient its own loss's; a member given another member's batch or target does not match."""
+    import copy
+
+    from sun_lightning.learners.ensemble_dqn import EnsembleDQNSVF
+
+    e = 4
+    torch.manual_seed(0)
+    module = EnsembleDQNSVF(space, init_std=0.3)
+    with torch.no_grad():
+        for p in module.q_target.parameters():  # target networks apart from their members
+            p.add_(0.2 * torch.randn_like(p))
+    if module.obs_stats is not None:
+        module.observe(torch.randn(500, space.obs_dim))
+    batch = torch.stack([random_batch(space, 12, 9, seed) for seed in range(e)])
+
+    def member(m: int, target: bool = False):
+        """Member m (or target network m) as a stand-alone network."""
+        net = copy.deepcopy(module.q_target if target else module.q)
+        for name, p in list(net.named_parameters()):
+            owner, _, attr = name.rpartition(".")
+            setattr(net.get_submodule(owner), attr, torch.nn.Parameter(p.detach()[m].clone(), requires_grad=not target))
+        return net
+
+    torch.manual_seed(5)
+    drawn = module.draw_target_index()
+    assert len(set(drawn.tolist())) > 1 or drawn[0] != 0  # not every member its own target by chance
+    torch.manual_seed(5)
+    loss, stats = module.loss_and_stats(batch)
+    loss.backward()
+    hp = module.hparams
+    refs = []
+    torch.manual_seed(5)
+    module.draw_target_index()  # the same stream: the kernels' dropout seeds follow the draw
+    for m in range(e):
+        net = member(m)
+        ref, ref_stats = native_loss.q_loss(net, member(int(drawn[m]), target=True), batch[m], hp.gamma, hp.lam,
+                                            hp.bootstrap_clip, 1.0 - hp.gamma, hp.huber_delta)
+        ref.backward()
+        refs.append((ref.detach(), ref_stats, {n: p.grad for n, p in net.named_parameters() if p.grad is not None}))
+    assert torch.equal(loss.detach(), sum(r[0] for r in refs))
+    def same(got: torch.Tensor, want: torch.Tensor) -> None:
+        if space.exact_counts:  # identity encoders: the very same arithmetic
+            assert torch.equal(got, want)
+        else:  # the members' RBF encoders run vmapped: another rounding of the tables' last bits
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6 * float(want.abs().max()))
+
+    same(loss.detach(), sum(r[0] for r in refs))
+    same(stats, torch.stack([r[1] for r in refs]).mean(0))
+    grads = {name: p.grad for name, p in module.q.named_parameters() if p.grad is not None}
+    assert grads.keys() == refs[0][2].keys()
+    if not space.exact_counts:
+        assert any(name.startswith(("obs_encoder", "goal_encoder")) for name in grads)
+    for name, g in grads.items():
+        for m in range(e):
+            same(g[m], refs[m][2][name])
+    # another member's batch or another target network gives another loss
+    swapped = native_loss.q_loss(member(0), member(int(drawn[0]), target=True), batch[1], hp.gamma, hp.lam,
+                                 hp.bootstrap_clip, 1.0 - hp.gamma, hp.huber_delta)[0]
+    other = native_loss.q_loss(member(0), member((int(drawn[0]) + 1) % e, target=True), batch[0], hp.gamma, hp.lam,
+                               hp.bootstrap_clip, 1.0 - hp.gamma, hp.huber_delta)[0]
+    assert not torch.isclose(swapped, refs[0][0]) and not torch.isclose(other, refs[0][0])
