@@ -74,12 +74,14 @@ class FollowStep:
     """The bootstrap actor of DISCOVER's TD3 code (SPEC §5b): around each optimizer step of the online
     network, ``target ← (1 − τ)·online_before + τ·online_after``.
 
-    LeanderDiazBone/discover, ``src/baselines/td3/td3_train.py``, ``do_policy_update``:
-    ``new_target_policy_params = soft_update(training_state.policy_params, policy_params, tau)`` with
-    ``soft_update(x, y, τ) = (1 − τ)·x + τ·y`` and ``tau`` = 0.005, the critic target's rate. The target
-    is thus the online actor as of the previous actor step, moved τ towards the current one; it never
-    lags further. (The paper's "actor Polyak 5e-7" is that code's ``tau_policy``, which moves only a
-    slow copy read for evaluation under ``--eval_target_policy``, set by none of its presets.)
+    LeanderDiazBone/discover (commit 52c14285…), ``src/baselines/td3/td3_train.py`` line 650, in
+    ``do_policy_update``: ``new_target_policy_params = soft_update(training_state.policy_params, policy_params,
+    tau)`` with ``soft_update(x, y, τ) = (1 − τ)·x + τ·y`` and ``tau`` = 0.005 (``utils.py``'s ``--tau``), the
+    critic target's rate. The target is thus the online actor as of the previous actor step, moved τ
+    towards the current one; it never lags further. The TD targets and the selections read it (line 715,
+    ``compute_value_function``). The paper's "actor Polyak 5e-7" is that code's ``tau_policy`` (line 651),
+    which moves only a slow copy read for evaluation under ``--eval_target_policy`` (line 1285), set by none
+    of its presets; it has no counterpart here.
 
     Call :meth:`before` right before the optimizer step and :meth:`after` right after it; neither reads
     a host value (capturable).
