@@ -8,6 +8,9 @@ One concept per module:
 - :mod:`~sun_lightning.results.heatmaps`: drawing snapshots (one run; several methods side by side);
 - :mod:`~sun_lightning.results.curves`: coverage and entropy against env frames, with bands over seeds;
 - :mod:`~sun_lightning.results.relative`: the paper's relative AUC improvement;
+- :mod:`~sun_lightning.results.intervals`: 95 % bootstrap intervals over seeds, probability of improvement, IQM;
+- :mod:`~sun_lightning.results.labels`: the methods' names in tables;
+- :mod:`~sun_lightning.results.runtime`: run time and hardware, the paper's runtime table and speed-ups;
 - :mod:`~sun_lightning.results.runs`: finished runs read back from MLflow;
 - :mod:`~sun_lightning.results.report`: the comparison report of one environment (Markdown, CSV, PNG);
 - :mod:`~sun_lightning.results.study`: the study report across environments.

@@ -1,7 +1,9 @@
 """Exploration curves against env frames (SPEC §7): one run's, and several methods' with a band over seeds.
 
 The paper plots coverage and entropy against training steps with a band over seeds (its Figure
-"Main results"); here the band is mean ± sample standard deviation, the spread the report's tables give.
+"Main results": "means (thick lines) with 95 % confidence intervals (shaded areas)"); here too: each frame's mean over
+seeds and its percentile-bootstrap interval (:func:`~sun_lightning.results.intervals.pointwise_mean_interval`; one seed:
+no band, two: their range).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from sun_lightning.results.intervals import pointwise_mean_interval
 
 #: The curves drawn, and their axis labels. ``knn_entropy`` is logged once, at the end (a marker); ``eval/success``
 #: where the run evaluated goal reaching (:mod:`sun_lightning.metrics.evaluation`).
@@ -38,14 +42,14 @@ def run_curves_figure(histories: dict[str, Curve], title: str) -> Figure:
     return fig
 
 
-def seed_band(curves: Sequence[Curve]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Mean and sample std over seeds of curves logged at possibly different frames.
+def seed_band(curves: Sequence[Curve]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """Mean over seeds of curves logged at possibly different frames, and each frame's 95 % interval.
 
     Every curve is interpolated linearly onto the frames of the first one, within the range all of
     them span (a seed that stopped earlier shortens the band rather than being extrapolated).
 
     Returns:
-        ``(frames, mean, std)``; ``std`` is ``None`` for a single curve (no spread to show).
+        ``(frames, mean, low, high)``; ``low`` and ``high`` are ``None`` for a single curve (no interval).
     """
     if not curves:
         raise ValueError("no curves")
@@ -57,12 +61,12 @@ def seed_band(curves: Sequence[Curve]) -> tuple[np.ndarray, np.ndarray, np.ndarr
     hi = min(s[-1] for s, _ in ordered)
     frames = ordered[0][0][(ordered[0][0] >= lo) & (ordered[0][0] <= hi)]
     stacked = np.stack([np.interp(frames, s, v) for s, v in ordered])
-    std = stacked.std(0, ddof=1) if len(ordered) > 1 else None
-    return frames, stacked.mean(0), std
+    mean, low, high = pointwise_mean_interval(stacked)
+    return frames, mean, low, high
 
 
 def band_figure(by_method: dict[str, dict[str, Sequence[Curve]]], metrics: dict[str, str], title: str) -> Figure:
-    """One panel per metric; per method a line (the mean over seeds) and a ± std band.
+    """One panel per metric; per method a line (the mean over seeds) and its 95 % interval band.
 
     Args:
         by_method: method label → metric name → the seeds' curves.
@@ -82,7 +86,7 @@ def band_figure(by_method: dict[str, dict[str, Sequence[Curve]]], metrics: dict[
 
 def plot_bands(ax, by_method: dict[str, dict[str, Sequence[Curve]]], metric: str,
                colors: dict[str, str] | None = None) -> None:
-    """Draw on ``ax`` each method's mean curve of ``metric`` over seeds with its ± std band.
+    """Draw on ``ax`` each method's mean curve of ``metric`` over seeds with its 95 % interval band.
 
     Args:
         by_method: method label → metric name → the seeds' curves.
@@ -93,10 +97,10 @@ def plot_bands(ax, by_method: dict[str, dict[str, Sequence[Curve]]], metric: str
         curves = per_metric.get(metric) or []
         if not curves:
             continue
-        frames, mean, std = seed_band(curves)
+        frames, mean, low, high = seed_band(curves)
         line, = ax.plot(frames, mean, label=f"{method} (n = {len(curves)})", color=(colors or {}).get(method))
-        if std is not None:
-            ax.fill_between(frames, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
+        if low is not None:
+            ax.fill_between(frames, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
 
 
 def label_axes(ax, name: str, metric: str | None = None) -> None:

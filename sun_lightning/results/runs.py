@@ -20,6 +20,9 @@ from sun_lightning.tracking.store import KIND_TAG
 
 #: Goals drawn in each logging window: a run that never drew one has no goal statistics (Random).
 SELECTED = "explore/goals/selected"
+#: The run's wall-clock minutes and env frames per second over them, logged at its end
+#: (:class:`~sun_lightning.callbacks.exploration.ExplorationLogger`).
+MINUTES, FRAMES_PER_SECOND = "perf/run/minutes", "perf/run/frames_per_second"
 #: Where the results callback puts its heatmap snapshots in a run's artifacts.
 HEATMAP_DIR = "heatmaps"
 
@@ -50,6 +53,16 @@ class RunRecord:
     def frames(self) -> int:
         """The last env frame the run logged its curves at."""
         return int(max((max(steps) for steps, _ in self.histories.values() if len(steps)), default=0))
+
+    @property
+    def minutes(self) -> float | None:
+        """Wall-clock minutes of the run (``None``: a run logged before they were recorded)."""
+        return self.final.get(MINUTES)
+
+    @property
+    def frames_per_second(self) -> float | None:
+        """Env frames per wall-clock second over the whole run (``None``: not recorded)."""
+        return self.final.get(FRAMES_PER_SECOND)
 
     def auc(self, metric: str) -> float | None:
         """Area under ``metric``'s curve against env frames (:func:`~sun_lightning.metrics.auc.curve_auc`)."""
