@@ -16,14 +16,22 @@ from matplotlib.figure import Figure
 
 from sun_lightning.results.intervals import pointwise_mean_interval
 
-#: The curves drawn, and their axis labels. ``knn_entropy`` is logged once, at the end (a marker); ``eval/success``
-#: where the run evaluated goal reaching (:mod:`sun_lightning.metrics.evaluation`).
+#: The curves drawn, and their axis labels. ``knn_entropy`` where the run computes it (``metrics.knn_entropy``,
+#: LunarLanderFull), at every log; ``eval/success`` where the run evaluated goal reaching
+#: (:mod:`sun_lightning.metrics.evaluation`).
 CURVES = {"explore/visits/coverage": "coverage", "explore/visits/entropy": "entropy",
           "explore/visits/knn_entropy": "k-NN entropy", "eval/success": "eval success"}
 
+#: The goal statistics drawn across methods (the report's ``goal_curves.png``): what the paper's appendix tracks over
+#: training beside coverage (each a window's value, docs/tracking.md).
+GOAL_CURVES = {"explore/goals/success": "goal success", "explore/goals/steps_to_goal": "steps to goal",
+               "explore/goals/reselection_rate": "reselection rate",
+               "explore/goals/random_fraction": "random fraction"}
+
 #: Curves that are rates, drawn on their whole range: a flat eval success of 0.048 (the start cell only) on an
 #: axis of its own would fill the panel like a rising curve.
-RATES = {"eval/success": (-0.02, 1.02)}
+RATES = {"eval/success": (-0.02, 1.02), "explore/goals/success": (-0.02, 1.02),
+         "explore/goals/reselection_rate": (-0.02, 1.02), "explore/goals/random_fraction": (-0.02, 1.02)}
 
 Curve = tuple[Sequence[float], Sequence[float]]
 

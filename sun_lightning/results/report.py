@@ -25,8 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sun_lightning.results.curves import band_figure
+from sun_lightning.results.curves import GOAL_CURVES, band_figure
 from sun_lightning.results.goal_grid import GoalGrid
+from sun_lightning.results.goal_stages import goal_stages_figure
 from sun_lightning.results.heatmaps import comparison_figure, save_png
 from sun_lightning.results.intervals import Interval, finite, format_interval, mean_interval, relative_interval
 from sun_lightning.results.labels import METHOD_LABELS, NA, label  # noqa: F401 (imported from here by others)
@@ -187,6 +188,30 @@ def markdown(env_id: str, runs: dict[str, list[RunRecord]], summary, relative, c
     return "\n".join(lines) + "\n"
 
 
+def goal_figures(out: Path, env_id: str, runs: dict[str, list[RunRecord]],
+                 stages: dict[str, dict[int, HeatmapSnapshot]], figures: list[tuple[str, str]]) -> list[Path]:
+    """``goal_curves.png`` (goal success, steps to goal, reselection rate, random fraction against env frames, mean and
+    95 % interval over seeds, methods that select goals) and ``goal_stages.png`` (goals selected and reached at each
+    quarter of training, :mod:`~sun_lightning.results.goal_stages`), where the runs logged them; appends their
+    titles to ``figures``."""
+    written = []
+    goal_runs = {m: [r for r in records if r.goals_selected > 0] for m, records in runs.items()}
+    metrics = {name: title for name, title in GOAL_CURVES.items()
+               if any(len(r.histories.get(name, ((),))[0]) for records in goal_runs.values() for r in records)}
+    curves = {label(m): {metric: [r.histories[metric] for r in records if metric in r.histories] for metric in metrics}
+              for m, records in goal_runs.items() if records}
+    if metrics and curves:
+        written.append(save_png(band_figure(curves, metrics, f"{env_name(env_id)}: goal statistics, mean and 95 % CI "
+                                            "over seeds"), out / "goal_curves.png"))
+        figures.append(("goal statistics against env frames", "goal_curves.png"))
+    shown = {f"{label(m)} (seed {min(r.seed for r in runs[m])})": s for m, s in stages.items() if s and runs.get(m)}
+    if shown:
+        written.append(save_png(goal_stages_figure(GoalGrid.of(env_id), shown, f"{env_name(env_id)}: goals selected "
+                                                   "and reached at each quarter of training"), out / "goal_stages.png"))
+        figures.append(("goals selected and reached at 25/50/75/100 % of training", "goal_stages.png"))
+    return written
+
+
 def write_csv(path: Path, rows: list[dict[str, object]]) -> Path:
     """Rows of equal keys as CSV (missing values are written ``n/a``, which pandas reads as NaN)."""
     with open(path, "w", newline="") as f:
@@ -202,8 +227,9 @@ def csv_value(value: float | None) -> str:
 
 def write_report(out_dir: str | Path, env_id: str, runs: dict[str, list[RunRecord]],
                  snapshots: dict[str, HeatmapSnapshot], context: Sequence[str] = (),
-                 failed: Sequence[str] = ()) -> list[Path]:
-    """Write ``report.md``, ``summary.csv``, ``runs.csv``, ``curves.png`` and ``heatmaps.png`` into ``out_dir``.
+                 failed: Sequence[str] = (), stages: dict[str, dict[int, HeatmapSnapshot]] | None = None) -> list[Path]:
+    """Write ``report.md``, ``summary.csv``, ``runs.csv``, ``curves.png``, ``heatmaps.png`` and, where the runs have
+    them, ``goal_curves.png`` and ``goal_stages.png`` into ``out_dir``.
 
     Args:
         out_dir: the results folder (created).
@@ -212,6 +238,7 @@ def write_report(out_dir: str | Path, env_id: str, runs: dict[str, list[RunRecor
         snapshots: method → the final heatmap snapshot shown for it.
         context: lines of Markdown under the title (where the numbers come from).
         failed: names of runs that failed.
+        stages: method → its shown run's snapshots by percent of training (the goal-statistics grid).
 
     Returns:
         The files written.
@@ -222,6 +249,8 @@ def write_report(out_dir: str | Path, env_id: str, runs: dict[str, list[RunRecor
     relative = relative_table(summary)
     written, figures = [], []
     drawn = {COVERAGE: "coverage", ENTROPY: "entropy"}
+    if any(len(r.histories.get(KNN, ((),))[0]) > 1 for records in runs.values() for r in records):
+        drawn[KNN] = "k-NN entropy"  # logged over training (runs that logged it once, at the end, draw no curve)
     if any(EVAL_SUCCESS in r.histories for records in runs.values() for r in records):
         drawn[EVAL_SUCCESS] = "eval success"
     curves = {f"{label(m)}": {metric: [r.histories[metric] for r in records if metric in r.histories]
@@ -236,6 +265,7 @@ def write_report(out_dir: str | Path, env_id: str, runs: dict[str, list[RunRecor
                                                   f"{env_name(env_id)}: final heatmaps (last quarter's goals)"),
                                 out / "heatmaps.png"))
         figures.append(("final heatmaps per method", "heatmaps.png"))
+    written += goal_figures(out, env_id, runs, stages or {}, figures)
     report = out / "report.md"
     report.write_text(markdown(env_id, runs, summary, relative, context, figures, failed))
     rows = []

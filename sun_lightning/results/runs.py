@@ -14,7 +14,7 @@ from pathlib import Path
 import mlflow
 
 from sun_lightning.metrics.auc import curve_auc
-from sun_lightning.results.curves import CURVES, Curve
+from sun_lightning.results.curves import CURVES, GOAL_CURVES, Curve
 from sun_lightning.results.snapshot import HeatmapSnapshot
 from sun_lightning.tracking.store import KIND_TAG
 
@@ -35,7 +35,8 @@ class RunRecord:
         name, run_id: the MLflow run.
         method, seed: from its tags (or its name ``<env>-<method>-seed<k>``).
         final: the last logged value of every metric.
-        histories: (env frames, values) of the curve metrics (:data:`~sun_lightning.results.curves.CURVES`).
+        histories: (env frames, values) of the curve metrics (:data:`~sun_lightning.results.curves.CURVES` and
+            :data:`~sun_lightning.results.curves.GOAL_CURVES`).
         goals_selected: goals drawn over the whole run (0 for a rule without goals).
         hardware: where it ran (its ``hardware`` tag, :func:`~sun_lightning.tracking.hardware`; "" if untagged).
     """
@@ -96,7 +97,7 @@ def finished_runs(client: mlflow.MlflowClient, experiment: str) -> dict[str, Run
             continue
         record = RunRecord(name, run.info.run_id, *identity, final=dict(run.data.metrics),
                            hardware=run.data.tags.get("hardware", ""))
-        for metric in CURVES:
+        for metric in (*CURVES, *GOAL_CURVES):
             if metric in run.data.metrics:
                 history = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, metric))
                 record.histories[metric] = ([s for s, _ in history], [v for _, v in history])
@@ -106,10 +107,9 @@ def finished_runs(client: mlflow.MlflowClient, experiment: str) -> dict[str, Run
     return records
 
 
-def load_snapshot(client: mlflow.MlflowClient, run_id: str) -> HeatmapSnapshot | None:
-    """The last heatmap snapshot a run saved (the largest percentage), or ``None`` if it saved none."""
-    saved = [a.path for a in client.list_artifacts(run_id, HEATMAP_DIR) if a.path.endswith(".npz")]
-    if not saved:
-        return None
+def load_snapshots(client: mlflow.MlflowClient, run_id: str) -> dict[int, HeatmapSnapshot]:
+    """Every heatmap snapshot a run saved (25/50/75/100 % of training), by percentage."""
+    saved = sorted(a.path for a in client.list_artifacts(run_id, HEATMAP_DIR) if a.path.endswith(".npz"))
     with tempfile.TemporaryDirectory() as tmp:
-        return HeatmapSnapshot.load(client.download_artifacts(run_id, max(saved), tmp))
+        snapshots = [HeatmapSnapshot.load(client.download_artifacts(run_id, path, tmp)) for path in saved]
+    return {s.percent: s for s in snapshots}

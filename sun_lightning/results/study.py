@@ -12,6 +12,9 @@ environment's own report (:mod:`~sun_lightning.results.report`, in ``<results>/<
 - ``study.csv``: the averaged improvements, a row per method;
 - ``curves_grid.png``: coverage and entropy against env frames per environment (a row each), the mean and its
   95 % interval band over seeds: the paper's main-results figure;
+- ``auc_bars.png``: each environment's absolute coverage and entropy AUCs per method and their average over the
+  environments, LunarLanderFull apart (the paper's AUC figure, :mod:`~sun_lightning.results.auc_bars`);
+- ``knn_entropy.png``: LunarLanderFull's k-NN entropy over training, where the study has it;
 - ``improvement_bars.png``: the averaged improvements as bars, per baseline.
 
 The average is the paper's (:mod:`~sun_lightning.results.relative`): per environment the AUC of a method is
@@ -28,12 +31,13 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from sun_lightning.results.curves import label_axes, plot_bands
+from sun_lightning.results.auc_bars import auc_bars
+from sun_lightning.results.curves import band_figure, label_axes, plot_bands
 from sun_lightning.results.heatmaps import save_png
 from sun_lightning.results.intervals import (Interval, averaged_relative_interval, format_interval, normalized_iqm,
                                              probability_of_improvement)
 from sun_lightning.results.relative import BASELINES
-from sun_lightning.results.report import (COVERAGE, ENTROPY, Stat, csv_value, fmt, fmt_percent, label, summarize,
+from sun_lightning.results.report import (COVERAGE, ENTROPY, KNN, Stat, csv_value, fmt, fmt_percent, label, summarize,
                                           write_csv)
 from sun_lightning.results.runs import RunRecord
 from sun_lightning.results.runtime import study_lines as runtime_lines
@@ -118,6 +122,16 @@ def curves_grid(study: Study, title: str) -> Figure:
                fontsize=7)
     fig.suptitle(title, fontsize=10)
     return fig
+
+
+def knn_curves(study: Study) -> Figure:
+    """LunarLanderFull's k-NN entropy against env frames per method, mean and 95 % interval over seeds (the paper
+    reports only this entropy there: its 8-D goals defeat binning)."""
+    runs = next(runs for env_id, runs in study.items() if env_name(env_id) == "LunarLanderFull")
+    by_method = {label(m): {KNN: [r.histories[KNN] for r in records if KNN in r.histories]}
+                 for m, records in runs.items() if records}
+    return band_figure(by_method, {KNN: "k-NN entropy (nats)"}, "LunarLanderFull: k-NN entropy, mean and 95 % CI "
+                       "over seeds")
 
 
 def improvement_bars(relative: dict[str, dict[str, Interval | None]], title: str) -> Figure:
@@ -206,7 +220,8 @@ def markdown(study: Study, summaries, relative, context: Sequence[str], reports:
 
 def write_study(out_dir: str | Path, study: Study, context: Sequence[str] = (), reports: dict[str, str] | None = None,
                 failed: Sequence[str] = ()) -> list[Path]:
-    """Write ``study.md``, ``study.csv``, ``curves_grid.png`` and ``improvement_bars.png`` into ``out_dir``.
+    """Write ``study.md``, ``study.csv``, ``curves_grid.png``, ``auc_bars.png``, ``improvement_bars.png`` and (with
+    LunarLanderFull's k-NN entropy) ``knn_entropy.png`` into ``out_dir``.
 
     Args:
         study: env id → method → its finished runs (rows and panels in this order).
@@ -227,6 +242,15 @@ def write_study(out_dir: str | Path, study: Study, context: Sequence[str] = (), 
         written.append(save_png(curves_grid(study, "coverage and entropy per environment: mean and 95 % CI over seeds"),
                                 out / "curves_grid.png"))
         figures.append(("coverage and entropy per environment", "curves_grid.png"))
+    if any(records for runs in study.values() for records in runs.values()):
+        written.append(save_png(auc_bars(study, {COVERAGE: "coverage AUC", ENTROPY: "entropy AUC"},
+                                         "AUC per environment and averaged over environments (LunarLanderFull "
+                                         "apart): mean and 95 % CI over seeds"), out / "auc_bars.png"))
+        figures.append(("absolute AUCs with the average over environments", "auc_bars.png"))
+        if any(KNN in r.histories for env_id, runs in study.items() if env_name(env_id) == "LunarLanderFull"
+               for records in runs.values() for r in records):
+            written.append(save_png(knn_curves(study), out / "knn_entropy.png"))
+            figures.append(("LunarLanderFull: k-NN entropy over training", "knn_entropy.png"))
     if any(v is not None for row in relative.values() for v in row.values()):
         written.append(save_png(improvement_bars(relative, "relative AUC improvement, averaged over environments"),
                                 out / "improvement_bars.png"))

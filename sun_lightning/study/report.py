@@ -10,7 +10,7 @@ from pathlib import Path
 import mlflow
 
 from sun_lightning.results.report import fmt, fmt_percent, label, summarize, write_report
-from sun_lightning.results.runs import RunRecord, finished_runs, load_snapshot
+from sun_lightning.results.runs import RunRecord, finished_runs, load_snapshots
 from sun_lightning.results.study import averaged_relative, write_study
 from sun_lightning.study.plan import RunSpec
 from sun_lightning.tracking.naming import env_name
@@ -60,11 +60,11 @@ def report(client: mlflow.MlflowClient, args: argparse.Namespace, specs: list[Ru
     for config, env_id in dict.fromkeys((s.config, s.env_id) for s in specs):
         record_config_env(config)
         runs = study[env_id]
-        snapshots = {}
+        snapshots, stages = {}, {}
         for method, records in runs.items():
-            snapshot = load_snapshot(client, records[0].run_id) if records else None
-            if snapshot is not None:
-                snapshots[method] = snapshot
+            saved = load_snapshots(client, records[0].run_id) if records else {}
+            if saved:  # the lowest seed's: its last for the heatmaps, all four for the goal-statistics grid
+                snapshots[method], stages[method] = saved[max(saved)], saved
         frames = sorted({r.frames for records in runs.values() for r in records})
         context = [f"`{env_id}`, config `{config}`, MLflow experiment `{args.experiment}` (parent run `{parent}`), "
                    f"seeds {seeds}, {' / '.join(map(str, frames)) or 'no'} env frames per run.",
@@ -74,7 +74,7 @@ def report(client: mlflow.MlflowClient, args: argparse.Namespace, specs: list[Ru
                    "goals, a baseline against itself) or no run."]
         env_out = out / env_name(env_id) if several else out
         env_failed = [f for f in failed if f.startswith(env_name(env_id) + "-")]
-        for path in write_report(env_out, env_id, runs, snapshots, context, env_failed):
+        for path in write_report(env_out, env_id, runs, snapshots, context, env_failed, stages):
             client.log_artifact(parent, str(path), env_name(env_id) if several else None)
         reports[env_id] = f"{env_name(env_id)}/report.md"
     if several:
