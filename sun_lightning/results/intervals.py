@@ -242,10 +242,10 @@ def seeds_text(n: Sequence[int]) -> str:
 def format_interval(interval: Interval | None, digits: int = 3, unit: str = "", signed: bool = False,
                     na: str = "n/a") -> str:
     """``0.135 [0.129, 0.141] (n = 3)``; one seed: ``0.135 (n = 1)``; ``unit`` " %" and ``signed`` for improvements
-    (``+23.5 % [+14.0, +33.1] (n = 3 / 3)``)."""
+    (``+23.5 % [+14.0, +33.1] (n = 3 / 3)``, always ``digits`` decimals: +0.0 %, not +0.00605 %)."""
     if interval is None:
         return na
-    d = digits_for(interval.value, digits)
+    d = digits if signed else digits_for(interval.value, digits)
     spec = f"{'+' if signed else ''}.{d}f"
     text = f"{interval.value:{spec}}{unit}"
     if interval.low is not None:
