@@ -51,5 +51,10 @@ def goal_stages_figure(grid: GoalGrid, runs: dict[str, dict[int, HeatmapSnapshot
                 used.append(ax)
         if mapped is not None:
             _colorbar(fig, mapped, ax=used, location="right", shrink=0.6, label=TITLES[name])
+    if not grid.tiles:  # bins: name the drawn axes (Pendulum's θ and θ̇, a maze's x and y)
+        for row in axes:
+            row[0].set_ylabel(grid.axis_labels[1], fontsize=7)
+        for ax in axes[-1]:
+            ax.set_xlabel(grid.axis_labels[0], fontsize=7)
     fig.suptitle(title, fontsize=10)
     return fig

@@ -30,7 +30,7 @@ from sun_lightning.results.goal_grid import GoalGrid
 from sun_lightning.results.goal_stages import goal_stages_figure
 from sun_lightning.results.heatmaps import comparison_figure, save_png
 from sun_lightning.results.intervals import Interval, finite, format_interval, mean_interval, relative_interval
-from sun_lightning.results.labels import METHOD_LABELS, NA, label  # noqa: F401 (imported from here by others)
+from sun_lightning.results.labels import NA, label
 from sun_lightning.results.relative import BASELINES
 from sun_lightning.results.runs import RunRecord
 from sun_lightning.results.runtime import hardware_line, report_lines as runtime_lines
@@ -191,8 +191,8 @@ def markdown(env_id: str, runs: dict[str, list[RunRecord]], summary, relative, c
 def goal_figures(out: Path, env_id: str, runs: dict[str, list[RunRecord]],
                  stages: dict[str, dict[int, HeatmapSnapshot]], figures: list[tuple[str, str]]) -> list[Path]:
     """``goal_curves.png`` (goal success, steps to goal, reselection rate, random fraction against env frames, mean and
-    95 % interval over seeds, methods that select goals) and ``goal_stages.png`` (goals selected and reached at each
-    quarter of training, :mod:`~sun_lightning.results.goal_stages`), where the runs logged them; appends their
+    95 % interval over seeds) and ``goal_stages.png`` (goals selected and reached at each quarter of training,
+    :mod:`~sun_lightning.results.goal_stages`), for the methods that select goals; appends their
     titles to ``figures``."""
     written = []
     goal_runs = {m: [r for r in records if r.goals_selected > 0] for m, records in runs.items()}
@@ -204,7 +204,8 @@ def goal_figures(out: Path, env_id: str, runs: dict[str, list[RunRecord]],
         written.append(save_png(band_figure(curves, metrics, f"{env_name(env_id)}: goal statistics, mean and 95 % CI "
                                             "over seeds"), out / "goal_curves.png"))
         figures.append(("goal statistics against env frames", "goal_curves.png"))
-    shown = {f"{label(m)} (seed {min(r.seed for r in runs[m])})": s for m, s in stages.items() if s and runs.get(m)}
+    shown = {f"{label(m)} (seed {min(r.seed for r in runs[m])})": s for m, s in stages.items()
+             if s and goal_runs.get(m)}  # a rule without goals (Random) has nothing to show
     if shown:
         written.append(save_png(goal_stages_figure(GoalGrid.of(env_id), shown, f"{env_name(env_id)}: goals selected "
                                                    "and reached at each quarter of training"), out / "goal_stages.png"))

@@ -244,8 +244,8 @@ def write_study(out_dir: str | Path, study: Study, context: Sequence[str] = (), 
         figures.append(("coverage and entropy per environment", "curves_grid.png"))
     if any(records for runs in study.values() for records in runs.values()):
         written.append(save_png(auc_bars(study, {COVERAGE: "coverage AUC", ENTROPY: "entropy AUC"},
-                                         "AUC per environment and averaged over environments (LunarLanderFull "
-                                         "apart): mean and 95 % CI over seeds"), out / "auc_bars.png"))
+                                         "AUC per environment and averaged (LunarLanderFull apart), 95 % CI"),
+                                out / "auc_bars.png"))
         figures.append(("absolute AUCs with the average over environments", "auc_bars.png"))
         if any(KNN in r.histories for env_id, runs in study.items() if env_name(env_id) == "LunarLanderFull"
                for records in runs.values() for r in records):

@@ -117,6 +117,13 @@ def test_pendulum_and_acrobot_are_drawn_as_angles():
     goal = torch.tensor([math.cos(-1.0), math.sin(-1.0), math.cos(3.0), math.sin(3.0)])
     assert acrobot.position(goal) == (pytest.approx(-1.0), pytest.approx(3.0))
     assert acrobot.axis_labels == ("θ₁ (rad)", "θ₂ (rad)")
+    # the goal-statistics grid names the angles on its axes
+    image = pendulum.histogram(torch.stack([goal[:3] * 0 + torch.tensor([1.0, 0.0, 0.0])]))
+    fig = goal_stages_figure(pendulum, {"SUN": {100: HeatmapSnapshot("sun_lightning/Pendulum-v0", 10, 100, image,
+                                                                     image, image)}}, "t")
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert panels[0].get_ylabel() == "θ̇ (rad/s)" and panels[1].get_xlabel() == "θ (rad)"
+    assert panels[0].images[0].get_array()[25, 25] == 1  # θ = 0, θ̇ = 0: the centre bin
     # other spaces keep their first two goal dimensions
     mountain = GoalGrid.of("sun_lightning/MountainCar-v0")
     assert mountain.position(torch.tensor([-0.5, 0.01])) == (pytest.approx(-0.5), pytest.approx(0.01))
