@@ -16,7 +16,7 @@ Arguments after ``--`` are passed to every run. Each run is an ordinary
 finished there are not repeated, and a run with a checkpoint continues from it
 (``--ckpt_path last``), so an interrupted study resumes. The runs are nested under
 one parent run of the experiment, which holds the report (also written to
-``--results-dir``): per environment :mod:`sun_lightning.results.report` (mean ± std over
+``--results-dir``): per environment :mod:`sun_lightning.results.report` (mean [95 % interval] (n) over
 seeds of the final metrics and their AUCs, the relative AUC improvement over the
 baselines, curves, heatmaps); with several environments, in ``<Env>/`` folders, plus the
 study report :mod:`sun_lightning.results.study` (the improvement averaged over
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
                 sys.exit(130)
     study = report(client, args, args.specs, parent, [f.split(" ", 1)[0] for f in failed])
     for config, env_id in dict.fromkeys((s.config, s.env_id) for s in args.specs):
-        print(f"\n{config}, experiment {args.experiment!r}: final values and AUCs (mean ± std over seeds)")
+        print(f"\n{config}, experiment {args.experiment!r}: final values and AUCs (mean [95 % interval] (n) over seeds)")
         print(console_table(study[env_id]))
     if len(study) > 1:
         print(f"\nrelative AUC improvement averaged over {len(study)} environments")

@@ -38,5 +38,7 @@ def exploration_metrics(storage: GoalReplayStorage, visits: torch.Tensor | None 
     coverage, entropy = coverage_entropy_from_cells(cells, num_binned_cells(space.goal_dim, 50, space.num_actions))
     out = {"explore/visits/coverage": coverage, "explore/visits/entropy": entropy}
     if knn:
-        out["explore/visits/knn_entropy"] = knn_entropy(goals, low, high, action=action)
+        # Its subsamples from a generator of their own: computed during training, it leaves the run's RNG alone.
+        out["explore/visits/knn_entropy"] = knn_entropy(goals, low, high, action=action,
+                                                        generator=torch.Generator().manual_seed(0))
     return out

@@ -1,7 +1,9 @@
 """Exploration curves against env frames (SPEC §7): one run's, and several methods' with a band over seeds.
 
 The paper plots coverage and entropy against training steps with a band over seeds (its Figure
-"Main results"); here the band is mean ± sample standard deviation, the spread the report's tables give.
+"Main results": "means (thick lines) with 95 % confidence intervals (shaded areas)"); here too: each frame's mean over
+seeds and its percentile-bootstrap interval (:func:`~sun_lightning.results.intervals.pointwise_mean_interval`; one seed:
+no band, two: their range).
 """
 
 from __future__ import annotations
@@ -12,14 +14,24 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-#: The curves drawn, and their axis labels. ``knn_entropy`` is logged once, at the end (a marker); ``eval/success``
-#: where the run evaluated goal reaching (:mod:`sun_lightning.metrics.evaluation`).
+from sun_lightning.results.intervals import pointwise_mean_interval
+
+#: The curves drawn, and their axis labels. ``knn_entropy`` where the run computes it (``metrics.knn_entropy``,
+#: LunarLanderFull), at every log; ``eval/success`` where the run evaluated goal reaching
+#: (:mod:`sun_lightning.metrics.evaluation`).
 CURVES = {"explore/visits/coverage": "coverage", "explore/visits/entropy": "entropy",
           "explore/visits/knn_entropy": "k-NN entropy", "eval/success": "eval success"}
 
+#: The goal statistics drawn across methods (the report's ``goal_curves.png``): what the paper's appendix tracks over
+#: training beside coverage (each a window's value, docs/tracking.md).
+GOAL_CURVES = {"explore/goals/success": "goal success", "explore/goals/steps_to_goal": "steps to goal",
+               "explore/goals/reselection_rate": "reselection rate",
+               "explore/goals/random_fraction": "random fraction"}
+
 #: Curves that are rates, drawn on their whole range: a flat eval success of 0.048 (the start cell only) on an
 #: axis of its own would fill the panel like a rising curve.
-RATES = {"eval/success": (-0.02, 1.02)}
+RATES = {"eval/success": (-0.02, 1.02), "explore/goals/success": (-0.02, 1.02),
+         "explore/goals/reselection_rate": (-0.02, 1.02), "explore/goals/random_fraction": (-0.02, 1.02)}
 
 Curve = tuple[Sequence[float], Sequence[float]]
 
@@ -38,14 +50,14 @@ def run_curves_figure(histories: dict[str, Curve], title: str) -> Figure:
     return fig
 
 
-def seed_band(curves: Sequence[Curve]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Mean and sample std over seeds of curves logged at possibly different frames.
+def seed_band(curves: Sequence[Curve]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """Mean over seeds of curves logged at possibly different frames, and each frame's 95 % interval.
 
     Every curve is interpolated linearly onto the frames of the first one, within the range all of
     them span (a seed that stopped earlier shortens the band rather than being extrapolated).
 
     Returns:
-        ``(frames, mean, std)``; ``std`` is ``None`` for a single curve (no spread to show).
+        ``(frames, mean, low, high)``; ``low`` and ``high`` are ``None`` for a single curve (no interval).
     """
     if not curves:
         raise ValueError("no curves")
@@ -57,12 +69,12 @@ def seed_band(curves: Sequence[Curve]) -> tuple[np.ndarray, np.ndarray, np.ndarr
     hi = min(s[-1] for s, _ in ordered)
     frames = ordered[0][0][(ordered[0][0] >= lo) & (ordered[0][0] <= hi)]
     stacked = np.stack([np.interp(frames, s, v) for s, v in ordered])
-    std = stacked.std(0, ddof=1) if len(ordered) > 1 else None
-    return frames, stacked.mean(0), std
+    mean, low, high = pointwise_mean_interval(stacked)
+    return frames, mean, low, high
 
 
 def band_figure(by_method: dict[str, dict[str, Sequence[Curve]]], metrics: dict[str, str], title: str) -> Figure:
-    """One panel per metric; per method a line (the mean over seeds) and a ± std band.
+    """One panel per metric; per method a line (the mean over seeds) and its 95 % interval band.
 
     Args:
         by_method: method label → metric name → the seeds' curves.
@@ -82,7 +94,7 @@ def band_figure(by_method: dict[str, dict[str, Sequence[Curve]]], metrics: dict[
 
 def plot_bands(ax, by_method: dict[str, dict[str, Sequence[Curve]]], metric: str,
                colors: dict[str, str] | None = None) -> None:
-    """Draw on ``ax`` each method's mean curve of ``metric`` over seeds with its ± std band.
+    """Draw on ``ax`` each method's mean curve of ``metric`` over seeds with its 95 % interval band.
 
     Args:
         by_method: method label → metric name → the seeds' curves.
@@ -93,10 +105,10 @@ def plot_bands(ax, by_method: dict[str, dict[str, Sequence[Curve]]], metric: str
         curves = per_metric.get(metric) or []
         if not curves:
             continue
-        frames, mean, std = seed_band(curves)
+        frames, mean, low, high = seed_band(curves)
         line, = ax.plot(frames, mean, label=f"{method} (n = {len(curves)})", color=(colors or {}).get(method))
-        if std is not None:
-            ax.fill_between(frames, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
+        if low is not None:
+            ax.fill_between(frames, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
 
 
 def label_axes(ax, name: str, metric: str | None = None) -> None:

@@ -21,6 +21,16 @@ from sun_lightning.results.walls import Rect, wall_rectangles
 #: Bins per axis of continuous goal spaces: the metrics' 50 bins per dimension (SPEC §7).
 BINS = 50
 
+#: Goal spaces drawn as angles, as the paper draws Pendulum's and Acrobot's heatmaps: env id → the picture's two
+#: axes, each a goal dimension or a (cos, sin) pair of goal dimensions drawn as its angle atan2(sin, cos) in [−π, π].
+#: Their goals are (cos θ, sin θ, θ̇) and (cos θ₁, sin θ₁, cos θ₂, sin θ₂): drawn as the first two dimensions, a
+#: pendulum's states would lie on a circle, its velocity unseen.
+#: (Registered ids only: a researcher's own Acrobot, docs/custom-envs.md, has goals of its own.)
+ANGLE_AXES: dict[str, tuple[int | tuple[int, int], int | tuple[int, int]]] = {
+    "sun_lightning/Pendulum-v0": ((0, 1), 2), "sun_lightning/Acrobot-v0": ((0, 1), (2, 3))}
+ANGLE_LABELS = {"sun_lightning/Pendulum-v0": ("θ (rad)", "θ̇ (rad/s)"),
+                "sun_lightning/Acrobot-v0": ("θ₁ (rad)", "θ₂ (rad)")}
+
 
 @dataclass(frozen=True, eq=False)
 class GoalGrid:
@@ -41,6 +51,8 @@ class GoalGrid:
         row_walls: rows ``r`` with a wall between rows ``r - 1`` and ``r`` (ThreeRoom's rooms).
         walls: the maze's wall rectangles in the plane of the two drawn dimensions (point and ant mazes;
             :mod:`~sun_lightning.results.walls`), else ``()``.
+        axes: the two drawn axes (bins only): a goal dimension, or a (cos, sin) pair drawn as its angle
+            (:data:`ANGLE_AXES`).
     """
 
     env_id: str
@@ -52,6 +64,7 @@ class GoalGrid:
     wall: np.ndarray | None = None
     row_walls: tuple[int, ...] = ()
     walls: tuple[Rect, ...] = ()
+    axes: tuple[int | tuple[int, int], int | tuple[int, int]] = (0, 1)
 
     @classmethod
     def of(cls, env_id: str) -> GoalGrid:
@@ -63,13 +76,17 @@ class GoalGrid:
                        row_walls=_row_walls(layout))
         low = space.metric_low or space.low
         high = space.metric_high or space.high
+        axes = ANGLE_AXES.get(env_id, (0, 1))
         bounds = []
-        for d in range(2):
+        for d in axes:
+            if isinstance(d, tuple):
+                bounds.append((-math.pi, math.pi))
+                continue
             lo, hi = (low[d], high[d]) if d < min(len(low), len(high), space.goal_dim) else (-1.0, 1.0)
             # A side without a bound (none in SPEC §6's metric bounds, but the registry allows it): [-1, 1].
             bounds.append((lo, hi) if math.isfinite(lo) and math.isfinite(hi) and hi > lo else (-1.0, 1.0))
         return cls(env_id, space, False, (BINS, BINS), (bounds[0][0], bounds[1][0]), (bounds[0][1], bounds[1][1]),
-                   walls=wall_rectangles(env_id))
+                   walls=wall_rectangles(env_id), axes=axes)
 
     @property
     def num_cells(self) -> int:
@@ -84,17 +101,31 @@ class GoalGrid:
     def axis_labels(self) -> tuple[str, str]:
         if self.tiles:
             return "column", "row"
+        if self.env_id in ANGLE_LABELS:
+            return ANGLE_LABELS[self.env_id]
         names = getattr(self.space, "goal_names", ())  # a goal space unpickled from before it had names: none
         if not names:
             names = tuple(f"goal dim {i} (obs[{d}])" for i, d in enumerate(self.space.goal_dims or range(self.space.goal_dim)))
         return names[0], names[1] if len(names) > 1 else "—"
+
+    def plane(self, goals: torch.Tensor) -> torch.Tensor:
+        """The drawn coordinates ``[N, 2]`` of goal projections ``[N, goal_dim]`` (bins): each of :attr:`axes`, a goal
+        dimension (0 where the space has fewer) or the angle of a (cos, sin) pair."""
+        goals = goals.reshape(-1, self.space.goal_dim).cpu()
+        columns = []
+        for d in self.axes:
+            if isinstance(d, tuple):
+                columns.append(torch.atan2(goals[:, d[1]], goals[:, d[0]]))
+            else:
+                columns.append(goals[:, d] if d < goals.shape[1] else torch.zeros(len(goals), dtype=goals.dtype))
+        return torch.stack(columns, 1)
 
     def cells(self, goals: torch.Tensor) -> torch.Tensor:
         """Flat image index (``row * cols + col``) of goal projections ``[N, goal_dim]``."""
         goals = goals.reshape(-1, self.space.goal_dim).cpu()
         if self.tiles:
             return self.space.tile(goals)  # tile index r * cols + c: the image's own order
-        xy = goals[:, :2] if goals.shape[1] >= 2 else torch.cat([goals, torch.zeros_like(goals)], 1)
+        xy = self.plane(goals)
         # binned_cells puts its first column most significant: (y, x) gives row * cols + col.
         return binned_cells(xy[:, [1, 0]], (self.low[1], self.low[0]), (self.high[1], self.high[0]), BINS)
 
@@ -132,8 +163,8 @@ class GoalGrid:
         if self.tiles:
             tile = int(self.space.tile(goal.reshape(-1)))
             return float(tile % self.shape[1]), float(tile // self.shape[1])
-        goal = goal.reshape(-1).cpu()
-        return float(goal[0]), float(goal[1]) if goal.numel() > 1 else 0.0
+        x, y = self.plane(goal.reshape(1, -1))[0].tolist()
+        return float(x), float(y)
 
 
 def _row_walls(layout) -> tuple[int, ...]:

@@ -11,7 +11,9 @@ a ratio of the two methods' AUCs: for two SUN rows the ratio (1 + r‚ÇÅ)/(1 + r‚Ç
 against every baseline, and the table's is, to its rounding (coverage, adaptive vs additive:
 1.151/1.025 = 1.123 over AdaGoal, 1.210/1.079 = 1.121 over DISCOVER, 1.671/1.489 = 1.122 over Random).
 Per environment, AUC_m and AUC_b are the means over seeds of each run's AUC
-(:func:`~sun_lightning.metrics.auc.curve_auc`).
+(:func:`~sun_lightning.metrics.auc.curve_auc`). Its 95 % interval over both methods' seeds is
+:func:`~sun_lightning.results.intervals.relative_interval` (averaged over environments:
+:func:`~sun_lightning.results.intervals.averaged_relative_interval`).
 """
 
 from __future__ import annotations

@@ -4,34 +4,36 @@ Written by the comparison runner (:mod:`sun_lightning.compare`) into a results f
 comparison's parent MLflow run:
 
 - ``report.md``: final coverage and entropy, their AUCs (and k-NN entropy where logged), goal
-  success, the final goal-reaching evaluation's success where the runs evaluated, as mean ± sample std over seeds; the relative AUC improvement of each method over
-  AdaGoal, DISCOVER and Random as in the paper's table (:mod:`~sun_lightning.results.relative`); what the runs did
+  success, the final goal-reaching evaluation's success where the runs evaluated, as the mean over seeds with its 95 %
+  bootstrap interval and n (:mod:`~sun_lightning.results.intervals`, the paper's statistics); the relative AUC
+  improvement of each method over AdaGoal, DISCOVER and Random as in the paper's table, with its interval (:mod:`~sun_lightning.results.relative`); what the runs did
   at the end (:data:`SIGNALS`: episode reach, unmoved steps, action saturation, eval distance, steps to goal, reselection rate,
   Q), the diagnosis of a loss;
 - ``summary.csv`` (a row per method) and ``runs.csv`` (a row per run): the same numbers;
-- ``curves.png``: coverage and entropy (and eval success, where evaluated) against env frames, mean ± std band over
-  seeds;
+- ``curves.png``: coverage and entropy (and eval success, where evaluated) against env frames, the mean and its 95 %
+  interval band over seeds;
 - ``heatmaps.png``: each method's final heatmaps (its lowest finished seed), one colour scale per column.
 
-With one seed a cell is the value alone (the ``n`` column says 1), never "± 0.000"; a metric that
+With one seed a cell is the value and "n = 1", no interval; with two the interval is the seeds' range; a metric that
 does not apply (goal success of Random, a baseline that was not run) reads ``n/a``, never 0.
 """
 
 from __future__ import annotations
 
 import csv
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from sun_lightning.results.curves import band_figure
+from sun_lightning.results.curves import GOAL_CURVES, band_figure
 from sun_lightning.results.goal_grid import GoalGrid
+from sun_lightning.results.goal_stages import goal_stages_figure
 from sun_lightning.results.heatmaps import comparison_figure, save_png
-from sun_lightning.results.relative import BASELINES, relative_improvement
+from sun_lightning.results.intervals import Interval, finite, format_interval, mean_interval, relative_interval
+from sun_lightning.results.labels import NA, label
+from sun_lightning.results.relative import BASELINES
 from sun_lightning.results.runs import RunRecord
+from sun_lightning.results.runtime import hardware_line, report_lines as runtime_lines
 from sun_lightning.results.snapshot import HeatmapSnapshot
 from sun_lightning.tracking.naming import env_name
 
@@ -48,49 +50,46 @@ SIGNALS = {"explore/episodes/reach": "episode reach", "explore/actions/unmoved":
            "explore/goals/cutoff": "MEGA cutoff", "explore/goals/viable": "MEGA viable",
            "train/q/taken": "Q(s, a, g)"}
 
-#: The methods' names in tables and legends (keys of ``sun_lightning.methods.METHODS``; the README's names).
-METHOD_LABELS = {"sun": "SUN adaptive", "sun_per_step": "SUN per-step", "sun_episodic": "SUN episodic",
-                 "sun_additive": "SUN additive", "novelty_only": "novelty only",
-                 "reachability_only": "reachability only", "discover": "DISCOVER",
-                 "discover_raw": "DISCOVER (raw values)", "adagoal": "AdaGoal",
-                 "mega": "MEGA", "mega_pseudocount": "MEGA (pseudocount)", "random": "Random"}
-NA = "n/a"
-
-
-def label(method: str) -> str:
-    """A method's name in tables and legends."""
-    return METHOD_LABELS.get(method, method)
-
-
 @dataclass(frozen=True)
 class Stat:
-    """Mean over seeds, sample standard deviation (``None`` for a single seed) and the number of seeds."""
+    """A column over seeds: the mean, its 95 % interval (:mod:`~sun_lightning.results.intervals`; ``None`` for one
+    seed), the sample std (``None`` for one seed; kept in the CSVs), n, and the per-seed values (for intervals of
+    differences and improvements)."""
 
     mean: float
-    std: float | None
+    low: float | None
+    high: float | None
     n: int
+    std: float | None = None
+    values: tuple[float, ...] = field(default=(), compare=False)
 
     @classmethod
     def of(cls, values: Sequence[float | None]) -> Stat | None:
         """The statistic of the values that exist; ``None`` if none does (the metric does not apply)."""
-        kept = np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float)
-        if not kept.size:
+        interval = mean_interval(values)
+        if interval is None:
             return None
-        return cls(float(kept.mean()), float(kept.std(ddof=1)) if kept.size > 1 else None, int(kept.size))
+        kept = finite(values)
+        return cls(interval.value, interval.low, interval.high, interval.n[0],
+                   float(kept.std(ddof=1)) if kept.size > 1 else None, tuple(kept.tolist()))
+
+    @property
+    def interval(self) -> Interval:
+        return Interval(self.mean, self.low, self.high, (self.n,))
 
     def format(self, digits: int = 3) -> str:
-        """``digits`` decimals, or more for a mean below 0.1 so that it keeps 3 significant figures (PointMaze-H's
-        coverage is 0.00217, not 0.002)."""
-        if self.mean and abs(self.mean) < 0.1:
-            digits = max(digits, 2 - math.floor(math.log10(abs(self.mean))))
-        return f"{self.mean:.{digits}f}" + ("" if self.std is None else f" ± {self.std:.{digits}f}")
+        """``0.135 [0.129, 0.141] (n = 3)``; one seed ``0.135 (n = 1)`` (:func:`~sun_lightning.results.intervals.format_interval`)."""
+        return format_interval(self.interval, digits)
 
 
 def fmt(stat: Stat | None, digits: int = 3) -> str:
     return NA if stat is None else stat.format(digits)
 
 
-def fmt_percent(value: float | None) -> str:
+def fmt_percent(value: Interval | float | None) -> str:
+    """An improvement in percent with its interval and seeds (``+23.5 % [+14.0, +33.1] (n = 3 / 3)``)."""
+    if isinstance(value, Interval):
+        return format_interval(value, 1, " %", signed=True)
     return NA if value is None else f"{value:+.1f} %"
 
 
@@ -133,8 +132,9 @@ def signals(runs: dict[str, list[RunRecord]]) -> dict[str, dict[str, Stat | None
             for method, records in runs.items()}
 
 
-def relative_table(summary: dict[str, dict[str, Stat | None]]) -> dict[str, dict[str, float | None]]:
-    """Method → ``"<metric> AUC vs <baseline>"`` → relative improvement in percent (``None``: n/a), over the
+def relative_table(summary: dict[str, dict[str, Stat | None]]) -> dict[str, dict[str, Interval | None]]:
+    """Method → ``"<metric> AUC vs <baseline>"`` → relative improvement in percent with its 95 % interval over both
+    methods' seeds (:func:`~sun_lightning.results.intervals.relative_interval`; ``None``: n/a), over the
     baselines of :data:`~sun_lightning.results.relative.BASELINES` that were run."""
     baselines = [b for b in BASELINES if any(stat is not None for stat in summary.get(b, {}).values())]
     out = {}
@@ -144,23 +144,12 @@ def relative_table(summary: dict[str, dict[str, Stat | None]]) -> dict[str, dict
             for baseline in baselines:
                 own, base = row.get(metric), summary[baseline].get(metric)
                 defined = method != baseline and own is not None and base is not None
-                cells[f"{metric} vs {label(baseline)}"] = relative_improvement(own.mean, base.mean) if defined else None
+                cells[f"{metric} vs {label(baseline)}"] = relative_interval(own.values, base.values) if defined else None
         out[method] = cells
     return out
 
 
 # ---- the files ---------------------------------------------------------------------------------------
-def hardware_line(runs: dict[str, list[RunRecord]]) -> list[str]:
-    """One line naming where each method's runs computed (methods grouped by hardware), if any run says."""
-    where: dict[str, list[str]] = {}
-    for method, records in runs.items():
-        for place in dict.fromkeys(r.hardware or "not recorded" for r in records):
-            where.setdefault(place, []).append(label(method))
-    if set(where) <= {"not recorded"}:
-        return []
-    return ["Hardware: " + "; ".join(f"{', '.join(methods)}: {place}" for place, methods in where.items()) + "."]
-
-
 def markdown(env_id: str, runs: dict[str, list[RunRecord]], summary, relative, context: Sequence[str],
              figures: Sequence[tuple[str, str]], failed: Sequence[str]) -> str:
     """``report.md``: the summary table, the relative-improvement table, the figures and the failed runs."""
@@ -177,7 +166,9 @@ def markdown(env_id: str, runs: dict[str, list[RunRecord]], summary, relative, c
     else:
         lines += ["", "Relative AUC improvement (%) as in the paper's table (its Figure \"Relative AUC improvement of "
                   "each SUN version\"): 100 · (AUC − AUC of the baseline) / AUC of the baseline, on the means over "
-                  "seeds (`sun_lightning/results/relative.py`).", "",
+                  "seeds (`sun_lightning/results/relative.py`), with its 95 % bootstrap interval over both methods' "
+                  "seeds and their n (`sun_lightning/results/intervals.py`). An interval that excludes 0 is a win or a "
+                  "loss; one that holds 0 is a tie. A baseline of one seed is held at its value.", "",
                   "| method | " + " | ".join(rel_columns) + " |", "|---" * (len(rel_columns) + 1) + "|"]
         for method, row in relative.items():
             lines.append(f"| {label(method)} | " + " | ".join(fmt_percent(row[c]) for c in rel_columns) + " |")
@@ -189,11 +180,37 @@ def markdown(env_id: str, runs: dict[str, list[RunRecord]], summary, relative, c
                   "| method | " + " | ".join(sig_columns) + " |", "|---" * (len(sig_columns) + 1) + "|"]
         for method, row in diagnosis.items():
             lines.append(f"| {label(method)} | " + " | ".join(fmt(row[c]) for c in sig_columns) + " |")
+    lines += runtime_lines(runs)
     for title, path in figures:
         lines += ["", f"![{title}]({path})"]
     if failed:
         lines += ["", "Runs that failed (not in the tables): " + ", ".join(failed)]
     return "\n".join(lines) + "\n"
+
+
+def goal_figures(out: Path, env_id: str, runs: dict[str, list[RunRecord]],
+                 stages: dict[str, dict[int, HeatmapSnapshot]], figures: list[tuple[str, str]]) -> list[Path]:
+    """``goal_curves.png`` (goal success, steps to goal, reselection rate, random fraction against env frames, mean and
+    95 % interval over seeds) and ``goal_stages.png`` (goals selected and reached at each quarter of training,
+    :mod:`~sun_lightning.results.goal_stages`), for the methods that select goals; appends their
+    titles to ``figures``."""
+    written = []
+    goal_runs = {m: [r for r in records if r.goals_selected > 0] for m, records in runs.items()}
+    metrics = {name: title for name, title in GOAL_CURVES.items()
+               if any(len(r.histories.get(name, ((),))[0]) for records in goal_runs.values() for r in records)}
+    curves = {label(m): {metric: [r.histories[metric] for r in records if metric in r.histories] for metric in metrics}
+              for m, records in goal_runs.items() if records}
+    if metrics and curves:
+        written.append(save_png(band_figure(curves, metrics, f"{env_name(env_id)}: goal statistics, mean and 95 % CI "
+                                            "over seeds"), out / "goal_curves.png"))
+        figures.append(("goal statistics against env frames", "goal_curves.png"))
+    shown = {f"{label(m)} (seed {min(r.seed for r in runs[m])})": s for m, s in stages.items()
+             if s and goal_runs.get(m)}  # a rule without goals (Random) has nothing to show
+    if shown:
+        written.append(save_png(goal_stages_figure(GoalGrid.of(env_id), shown, f"{env_name(env_id)}: goals selected "
+                                                   "and reached at each quarter of training"), out / "goal_stages.png"))
+        figures.append(("goals selected and reached at 25/50/75/100 % of training", "goal_stages.png"))
+    return written
 
 
 def write_csv(path: Path, rows: list[dict[str, object]]) -> Path:
@@ -211,8 +228,9 @@ def csv_value(value: float | None) -> str:
 
 def write_report(out_dir: str | Path, env_id: str, runs: dict[str, list[RunRecord]],
                  snapshots: dict[str, HeatmapSnapshot], context: Sequence[str] = (),
-                 failed: Sequence[str] = ()) -> list[Path]:
-    """Write ``report.md``, ``summary.csv``, ``runs.csv``, ``curves.png`` and ``heatmaps.png`` into ``out_dir``.
+                 failed: Sequence[str] = (), stages: dict[str, dict[int, HeatmapSnapshot]] | None = None) -> list[Path]:
+    """Write ``report.md``, ``summary.csv``, ``runs.csv``, ``curves.png``, ``heatmaps.png`` and, where the runs have
+    them, ``goal_curves.png`` and ``goal_stages.png`` into ``out_dir``.
 
     Args:
         out_dir: the results folder (created).
@@ -221,6 +239,7 @@ def write_report(out_dir: str | Path, env_id: str, runs: dict[str, list[RunRecor
         snapshots: method → the final heatmap snapshot shown for it.
         context: lines of Markdown under the title (where the numbers come from).
         failed: names of runs that failed.
+        stages: method → its shown run's snapshots by percent of training (the goal-statistics grid).
 
     Returns:
         The files written.
@@ -231,12 +250,14 @@ def write_report(out_dir: str | Path, env_id: str, runs: dict[str, list[RunRecor
     relative = relative_table(summary)
     written, figures = [], []
     drawn = {COVERAGE: "coverage", ENTROPY: "entropy"}
+    if any(len(r.histories.get(KNN, ((),))[0]) > 1 for records in runs.values() for r in records):
+        drawn[KNN] = "k-NN entropy"  # logged over training (runs that logged it once, at the end, draw no curve)
     if any(EVAL_SUCCESS in r.histories for records in runs.values() for r in records):
         drawn[EVAL_SUCCESS] = "eval success"
     curves = {f"{label(m)}": {metric: [r.histories[metric] for r in records if metric in r.histories]
                               for metric in drawn} for m, records in runs.items() if records}
     if curves:
-        written.append(save_png(band_figure(curves, drawn, f"{env_name(env_id)}: mean ± std over seeds"),
+        written.append(save_png(band_figure(curves, drawn, f"{env_name(env_id)}: mean and 95 % CI over seeds"),
                                 out / "curves.png"))
         figures.append((" and ".join(drawn.values()) + " against env frames", "curves.png"))
     if snapshots:
@@ -245,6 +266,7 @@ def write_report(out_dir: str | Path, env_id: str, runs: dict[str, list[RunRecor
                                                   f"{env_name(env_id)}: final heatmaps (last quarter's goals)"),
                                 out / "heatmaps.png"))
         figures.append(("final heatmaps per method", "heatmaps.png"))
+    written += goal_figures(out, env_id, runs, stages or {}, figures)
     report = out / "report.md"
     report.write_text(markdown(env_id, runs, summary, relative, context, figures, failed))
     rows = []
@@ -254,13 +276,21 @@ def write_report(out_dir: str | Path, env_id: str, runs: dict[str, list[RunRecor
         for column, stat in row.items():
             key = column.replace(" ", "_").replace("-", "").lower()
             record[f"{key}_mean"] = csv_value(None if stat is None else stat.mean)
+            record[f"{key}_ci_low"] = csv_value(None if stat is None else stat.low)
+            record[f"{key}_ci_high"] = csv_value(None if stat is None else stat.high)
+            record[f"{key}_n"] = 0 if stat is None else stat.n
             record[f"{key}_std"] = csv_value(None if stat is None else stat.std)
         for column, value in relative[method].items():
-            record[column.replace(" ", "_").replace("-", "").lower() + "_pct"] = csv_value(value)
+            key = column.replace(" ", "_").replace("-", "").lower() + "_pct"
+            record[key] = csv_value(None if value is None else value.value)
+            record[f"{key}_ci_low"] = csv_value(None if value is None else value.low)
+            record[f"{key}_ci_high"] = csv_value(None if value is None else value.high)
         rows.append(record)
     per_run = [{"env_id": env_id, "method": r.method, "seed": r.seed, "run_name": r.name, "run_id": r.run_id,
                 "frames": r.frames, **{k.replace(" ", "_").replace("-", "").lower(): csv_value(v)
-                                       for k, v in run_values(r).items()}}
+                                       for k, v in run_values(r).items()},
+                "minutes": csv_value(r.minutes), "frames_per_second": csv_value(r.frames_per_second),
+                "hardware": r.hardware or NA}
                for records in runs.values() for r in records]
     written += [report, write_csv(out / "summary.csv", rows), write_csv(out / "runs.csv", per_run)]
     return written

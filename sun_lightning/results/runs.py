@@ -14,12 +14,15 @@ from pathlib import Path
 import mlflow
 
 from sun_lightning.metrics.auc import curve_auc
-from sun_lightning.results.curves import CURVES, Curve
+from sun_lightning.results.curves import CURVES, GOAL_CURVES, Curve
 from sun_lightning.results.snapshot import HeatmapSnapshot
 from sun_lightning.tracking.store import KIND_TAG
 
 #: Goals drawn in each logging window: a run that never drew one has no goal statistics (Random).
 SELECTED = "explore/goals/selected"
+#: The run's wall-clock minutes and env frames per second over them, logged at its end
+#: (:class:`~sun_lightning.callbacks.exploration.ExplorationLogger`).
+MINUTES, FRAMES_PER_SECOND = "perf/run/minutes", "perf/run/frames_per_second"
 #: Where the results callback puts its heatmap snapshots in a run's artifacts.
 HEATMAP_DIR = "heatmaps"
 
@@ -32,7 +35,8 @@ class RunRecord:
         name, run_id: the MLflow run.
         method, seed: from its tags (or its name ``<env>-<method>-seed<k>``).
         final: the last logged value of every metric.
-        histories: (env frames, values) of the curve metrics (:data:`~sun_lightning.results.curves.CURVES`).
+        histories: (env frames, values) of the curve metrics (:data:`~sun_lightning.results.curves.CURVES` and
+            :data:`~sun_lightning.results.curves.GOAL_CURVES`).
         goals_selected: goals drawn over the whole run (0 for a rule without goals).
         hardware: where it ran (its ``hardware`` tag, :func:`~sun_lightning.tracking.hardware`; "" if untagged).
     """
@@ -50,6 +54,16 @@ class RunRecord:
     def frames(self) -> int:
         """The last env frame the run logged its curves at."""
         return int(max((max(steps) for steps, _ in self.histories.values() if len(steps)), default=0))
+
+    @property
+    def minutes(self) -> float | None:
+        """Wall-clock minutes of the run (``None``: a run logged before they were recorded)."""
+        return self.final.get(MINUTES)
+
+    @property
+    def frames_per_second(self) -> float | None:
+        """Env frames per wall-clock second over the whole run (``None``: not recorded)."""
+        return self.final.get(FRAMES_PER_SECOND)
 
     def auc(self, metric: str) -> float | None:
         """Area under ``metric``'s curve against env frames (:func:`~sun_lightning.metrics.auc.curve_auc`)."""
@@ -83,7 +97,7 @@ def finished_runs(client: mlflow.MlflowClient, experiment: str) -> dict[str, Run
             continue
         record = RunRecord(name, run.info.run_id, *identity, final=dict(run.data.metrics),
                            hardware=run.data.tags.get("hardware", ""))
-        for metric in CURVES:
+        for metric in (*CURVES, *GOAL_CURVES):
             if metric in run.data.metrics:
                 history = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, metric))
                 record.histories[metric] = ([s for s, _ in history], [v for _, v in history])
@@ -93,10 +107,9 @@ def finished_runs(client: mlflow.MlflowClient, experiment: str) -> dict[str, Run
     return records
 
 
-def load_snapshot(client: mlflow.MlflowClient, run_id: str) -> HeatmapSnapshot | None:
-    """The last heatmap snapshot a run saved (the largest percentage), or ``None`` if it saved none."""
-    saved = [a.path for a in client.list_artifacts(run_id, HEATMAP_DIR) if a.path.endswith(".npz")]
-    if not saved:
-        return None
+def load_snapshots(client: mlflow.MlflowClient, run_id: str) -> dict[int, HeatmapSnapshot]:
+    """Every heatmap snapshot a run saved (25/50/75/100 % of training), by percentage."""
+    saved = sorted(a.path for a in client.list_artifacts(run_id, HEATMAP_DIR) if a.path.endswith(".npz"))
     with tempfile.TemporaryDirectory() as tmp:
-        return HeatmapSnapshot.load(client.download_artifacts(run_id, max(saved), tmp))
+        snapshots = [HeatmapSnapshot.load(client.download_artifacts(run_id, path, tmp)) for path in saved]
+    return {s.percent: s for s in snapshots}

@@ -4,11 +4,17 @@ Written by :mod:`sun_lightning.compare` when a study has more than one environme
 environment's own report (:mod:`~sun_lightning.results.report`, in ``<results>/<Env>/``):
 
 - ``study.md``: the relative coverage and entropy AUC improvement of each method over AdaGoal, DISCOVER
-  and Random averaged over environments, as the paper's "+15.1 % / +7.6 % over AdaGoal"; then each
-  environment's AUCs (mean ± std over seeds) with a link to its report;
+  and Random averaged over environments, as the paper's "+15.1 % / +7.6 % over AdaGoal", with 95 % intervals; per
+  baseline, rliable's probability that SUN improves on it and the IQM of SUN's normalized AUCs; then each
+  environment's AUCs (mean and 95 % interval over seeds, n) with a link to its report; the paper's runtime table
+  (environment × method, minutes) and SUN's speed-ups over AdaGoal and DISCOVER beside the paper's
+  (:mod:`~sun_lightning.results.runtime`);
 - ``study.csv``: the averaged improvements, a row per method;
-- ``curves_grid.png``: coverage and entropy against env frames per environment (a row each), mean ± std
-  band over seeds: the paper's main-results figure;
+- ``curves_grid.png``: coverage and entropy against env frames per environment (a row each), the mean and its
+  95 % interval band over seeds: the paper's main-results figure;
+- ``auc_bars.png``: each environment's absolute coverage and entropy AUCs per method and their average over the
+  environments, LunarLanderFull apart (the paper's AUC figure, :mod:`~sun_lightning.results.auc_bars`);
+- ``knn_entropy.png``: LunarLanderFull's k-NN entropy over training, where the study has it;
 - ``improvement_bars.png``: the averaged improvements as bars, per baseline.
 
 The average is the paper's (:mod:`~sun_lightning.results.relative`): per environment the AUC of a method is
@@ -25,12 +31,16 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from sun_lightning.results.curves import label_axes, plot_bands
+from sun_lightning.results.auc_bars import auc_bars
+from sun_lightning.results.curves import band_figure, label_axes, plot_bands
 from sun_lightning.results.heatmaps import save_png
-from sun_lightning.results.relative import BASELINES, relative_improvement
-from sun_lightning.results.report import (COVERAGE, ENTROPY, Stat, csv_value, fmt, fmt_percent, label, summarize,
+from sun_lightning.results.intervals import (Interval, averaged_relative_interval, format_interval, normalized_iqm,
+                                             probability_of_improvement)
+from sun_lightning.results.relative import BASELINES
+from sun_lightning.results.report import (COVERAGE, ENTROPY, KNN, Stat, csv_value, fmt, fmt_percent, label, summarize,
                                           write_csv)
 from sun_lightning.results.runs import RunRecord
+from sun_lightning.results.runtime import study_lines as runtime_lines
 from sun_lightning.tracking.naming import env_name
 
 #: The columns averaged over environments.
@@ -41,30 +51,60 @@ Study = dict[str, dict[str, list[RunRecord]]]
 
 
 def averaged_relative(summaries: dict[str, dict[str, dict[str, Stat | None]]], methods: Sequence[str]
-                      ) -> dict[str, dict[str, float | None]]:
-    """Method → ``"<metric> AUC vs <baseline>"`` → the improvement averaged over environments (``None``: n/a).
+                      ) -> dict[str, dict[str, Interval | None]]:
+    """Method → ``"<metric> AUC vs <baseline>"`` → the improvement averaged over environments with its stratified 95 %
+    interval (:func:`~sun_lightning.results.intervals.averaged_relative_interval`; ``None``: n/a).
 
     Args:
         summaries: env id → :func:`~sun_lightning.results.report.summarize` of its runs.
         methods: the rows, in order.
     """
     baselines = [b for b in BASELINES if any((s.get(b) or {}).get(m) for s in summaries.values() for m in AUCS)]
-    out: dict[str, dict[str, float | None]] = {}
+    out: dict[str, dict[str, Interval | None]] = {}
     for method in methods:
-        cells: dict[str, float | None] = {}
+        cells: dict[str, Interval | None] = {}
         for metric in AUCS:
             for baseline in baselines:
-                pairs = [(s[method][metric].mean, s[baseline][metric].mean) for s in summaries.values()
-                         if (s.get(method) or {}).get(metric) and (s.get(baseline) or {}).get(metric)]
+                pairs = paired_values(summaries, method, baseline, metric)
                 defined = method != baseline and pairs
-                cells[f"{metric} vs {label(baseline)}"] = relative_improvement(
-                    float(np.mean([p[0] for p in pairs])), float(np.mean([p[1] for p in pairs]))) if defined else None
+                cells[f"{metric} vs {label(baseline)}"] = averaged_relative_interval(pairs) if defined else None
         out[method] = cells
     return out
 
 
+def paired_values(summaries: dict[str, dict[str, dict[str, Stat | None]]], method: str, baseline: str, metric: str
+                  ) -> list[tuple[tuple[float, ...], tuple[float, ...]]]:
+    """Per environment where both ran: (the method's per-seed values of ``metric``, the baseline's)."""
+    return [(s[method][metric].values, s[baseline][metric].values) for s in summaries.values()
+            if (s.get(method) or {}).get(metric) and (s.get(baseline) or {}).get(metric)]
+
+
+def aggregates(summaries: dict[str, dict[str, dict[str, Stat | None]]], method: str = "sun"
+               ) -> dict[str, dict[str, Interval | None]]:
+    """rliable's aggregates of ``method`` against each baseline, per AUC: ``"P(improvement)"``, the probability that
+    a run of it beats a run of the baseline on the same environment, averaged over environments
+    (:func:`~sun_lightning.results.intervals.probability_of_improvement`), and ``"IQM normalized"``, the IQM over all
+    its runs of each run's AUC over the baseline's mean AUC on that environment (1: the baseline;
+    :func:`~sun_lightning.results.intervals.normalized_iqm`); each with its stratified 95 % interval.
+
+    Returns:
+        ``"<metric> vs <baseline>"`` → ``{"P(improvement)": …, "IQM normalized": …}``; empty where ``method`` did not run.
+    """
+    out: dict[str, dict[str, Interval | None]] = {}
+    for baseline in BASELINES:
+        if baseline == method:
+            continue
+        for metric in AUCS:
+            pairs = paired_values(summaries, method, baseline, metric)
+            if pairs:
+                out[f"{metric} vs {label(baseline)}"] = {
+                    "envs": len(pairs), "P(improvement)": probability_of_improvement(pairs),
+                    "IQM normalized": normalized_iqm([(own, float(np.mean(base))) for own, base in pairs])}
+    return out
+
+
 def curves_grid(study: Study, title: str) -> Figure:
-    """A row per environment, a column per metric (coverage, entropy): each method's mean ± std over seeds."""
+    """A row per environment, a column per metric (coverage, entropy): each method's mean and 95 % interval over seeds."""
     metrics = {COVERAGE: "coverage", ENTROPY: "entropy"}
     methods = list(dict.fromkeys(m for runs in study.values() for m in runs))
     colors = {label(m): f"C{i % 10}" for i, m in enumerate(methods)}
@@ -84,8 +124,19 @@ def curves_grid(study: Study, title: str) -> Figure:
     return fig
 
 
-def improvement_bars(relative: dict[str, dict[str, float | None]], title: str) -> Figure:
-    """A panel per metric; per baseline a group of bars, one per method (n/a cells are left out)."""
+def knn_curves(study: Study) -> Figure:
+    """LunarLanderFull's k-NN entropy against env frames per method, mean and 95 % interval over seeds (the paper
+    reports only this entropy there: its 8-D goals defeat binning)."""
+    runs = next(runs for env_id, runs in study.items() if env_name(env_id) == "LunarLanderFull")
+    by_method = {label(m): {KNN: [r.histories[KNN] for r in records if KNN in r.histories]}
+                 for m, records in runs.items() if records}
+    return band_figure(by_method, {KNN: "k-NN entropy (nats)"}, "LunarLanderFull: k-NN entropy, mean and 95 % CI "
+                       "over seeds")
+
+
+def improvement_bars(relative: dict[str, dict[str, Interval | None]], title: str) -> Figure:
+    """A panel per metric; per baseline a group of bars, one per method, with its 95 % interval as an error bar (n/a
+    cells are left out)."""
     columns = list(next(iter(relative.values()), {}))
     baselines = list(dict.fromkeys(c.split(" vs ", 1)[1] for c in columns))
     methods = [m for m, row in relative.items() if any(v is not None for v in row.values())]
@@ -96,8 +147,11 @@ def improvement_bars(relative: dict[str, dict[str, float | None]], title: str) -
     for ax, metric in zip(axes, AUCS):
         for i, method in enumerate(methods):
             values = [relative[method].get(f"{metric} vs {b}") for b in baselines]
+            shown = [v for v in values if v is not None]
             x = [j + (i - (len(methods) - 1) / 2) * width for j, v in enumerate(values) if v is not None]
-            ax.bar(x, [v for v in values if v is not None], width, label=label(method), color=f"C{i % 10}")
+            errors = np.array([[v.value - v.low, v.high - v.value] if v.low is not None else [0.0, 0.0]
+                               for v in shown]).reshape(-1, 2).T
+            ax.bar(x, [v.value for v in shown], width, yerr=errors, capsize=2, label=label(method), color=f"C{i % 10}")
         ax.axhline(0, color="black", linewidth=0.6)
         ax.set_xticks(range(len(baselines)), [f"vs {b}" for b in baselines], fontsize=8)
         ax.set_ylabel(f"{metric} improvement (%)", fontsize=8)
@@ -106,6 +160,24 @@ def improvement_bars(relative: dict[str, dict[str, float | None]], title: str) -
     axes[0].legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     return fig
+
+
+def aggregate_lines(summaries) -> list[str]:
+    """The section of :func:`aggregates`: SUN against each baseline across environments (none where SUN did not run)."""
+    table = aggregates(summaries)
+    if not table:
+        return []
+    lines = ["", "## SUN against each baseline across environments", "",
+             "rliable's aggregates (Agarwal et al., 2021): P(improvement), the probability that a SUN run has the higher "
+             "AUC than a baseline run on the same environment (ties count ½), averaged over the environments where "
+             "both ran; IQM normalized, the interquartile mean over SUN's runs of each run's AUC divided by the "
+             "baseline's mean AUC on its environment (1.0: the baseline's). In brackets the 95 % stratified bootstrap "
+             "interval. P(improvement) above 0.5 with an interval that excludes 0.5 is an improvement.", "",
+             "| AUC vs baseline | envs | P(improvement) | IQM normalized |", "|---|---|---|---|"]
+    for column, cells in table.items():
+        lines.append(f"| {column} | {cells['envs']} | " + " | ".join(
+            format_interval(cells[k], 3) for k in ("P(improvement)", "IQM normalized")) + " |")
+    return lines
 
 
 def markdown(study: Study, summaries, relative, context: Sequence[str], reports: dict[str, str],
@@ -117,14 +189,21 @@ def markdown(study: Study, summaries, relative, context: Sequence[str], reports:
         lines += ["## Relative AUC improvement, averaged over environments", "",
                   "100 · (AUC − AUC of the baseline) / AUC of the baseline, each AUC averaged over the environments "
                   "where both ran (per environment: the mean over seeds), as the paper's table "
-                  "(`sun_lightning/results/study.py`).", "",
+                  "(`sun_lightning/results/study.py`); in brackets its 95 % stratified bootstrap interval (each "
+                  "environment's seeds of each method resampled on their own; `sun_lightning/results/intervals.py`), "
+                  "then the seeds of each sample. An interval that excludes 0 is a win or a loss; one that holds 0 a tie.",
+                  "",
                   "| method | envs | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
         for method, row in relative.items():
             envs = sum(1 for runs in study.values() if runs.get(method))
             lines.append(f"| {label(method)} | {envs} | " + " | ".join(fmt_percent(row[c]) for c in columns) + " |")
     else:
         lines.append("Relative AUC improvement: n/a (none of the baselines AdaGoal, DISCOVER, Random finished).")
-    lines += ["", "## Per environment", "", "| environment | method | n | coverage AUC | entropy AUC | coverage | entropy |",
+    lines += aggregate_lines(summaries)
+    lines += runtime_lines(study)
+    lines += ["", "## Per environment", "",
+              "Mean over seeds, [95 % bootstrap interval], (n = seeds); n = 1: no interval.", "",
+              "| environment | method | n | coverage AUC | entropy AUC | coverage | entropy |",
               "|---|---|---|---|---|---|---|"]
     for env_id, runs in study.items():
         link = f"[{env_name(env_id)}]({reports[env_id]})" if env_id in reports else env_name(env_id)
@@ -141,7 +220,8 @@ def markdown(study: Study, summaries, relative, context: Sequence[str], reports:
 
 def write_study(out_dir: str | Path, study: Study, context: Sequence[str] = (), reports: dict[str, str] | None = None,
                 failed: Sequence[str] = ()) -> list[Path]:
-    """Write ``study.md``, ``study.csv``, ``curves_grid.png`` and ``improvement_bars.png`` into ``out_dir``.
+    """Write ``study.md``, ``study.csv``, ``curves_grid.png``, ``auc_bars.png``, ``improvement_bars.png`` and (with
+    LunarLanderFull's k-NN entropy) ``knn_entropy.png`` into ``out_dir``.
 
     Args:
         study: env id → method → its finished runs (rows and panels in this order).
@@ -159,17 +239,32 @@ def write_study(out_dir: str | Path, study: Study, context: Sequence[str] = (), 
     relative = averaged_relative(summaries, methods)
     written, figures = [], []
     if any(records for runs in study.values() for records in runs.values()):
-        written.append(save_png(curves_grid(study, "coverage and entropy per environment: mean ± std over seeds"),
+        written.append(save_png(curves_grid(study, "coverage and entropy per environment: mean and 95 % CI over seeds"),
                                 out / "curves_grid.png"))
         figures.append(("coverage and entropy per environment", "curves_grid.png"))
+    if any(records for runs in study.values() for records in runs.values()):
+        written.append(save_png(auc_bars(study, {COVERAGE: "coverage AUC", ENTROPY: "entropy AUC"},
+                                         "AUC per environment and averaged (LunarLanderFull apart), 95 % CI"),
+                                out / "auc_bars.png"))
+        figures.append(("absolute AUCs with the average over environments", "auc_bars.png"))
+        if any(KNN in r.histories for env_id, runs in study.items() if env_name(env_id) == "LunarLanderFull"
+               for records in runs.values() for r in records):
+            written.append(save_png(knn_curves(study), out / "knn_entropy.png"))
+            figures.append(("LunarLanderFull: k-NN entropy over training", "knn_entropy.png"))
     if any(v is not None for row in relative.values() for v in row.values()):
         written.append(save_png(improvement_bars(relative, "relative AUC improvement, averaged over environments"),
                                 out / "improvement_bars.png"))
         figures.append(("relative AUC improvement over the baselines", "improvement_bars.png"))
     report = out / "study.md"
     report.write_text(markdown(study, summaries, relative, context, reports or {}, figures, failed))
-    rows = [{"method": method, "envs": sum(1 for runs in study.values() if runs.get(method)),
-             **{c.replace(" ", "_").replace("-", "").lower() + "_pct": csv_value(v) for c, v in row.items()}}
-            for method, row in relative.items()]
+    rows = []
+    for method, row in relative.items():
+        record = {"method": method, "envs": sum(1 for runs in study.values() if runs.get(method))}
+        for column, v in row.items():
+            key = column.replace(" ", "_").replace("-", "").lower() + "_pct"
+            record[key] = csv_value(None if v is None else v.value)
+            record[f"{key}_ci_low"] = csv_value(None if v is None else v.low)
+            record[f"{key}_ci_high"] = csv_value(None if v is None else v.high)
+        rows.append(record)
     written += [report, write_csv(out / "study.csv", rows)]
     return written

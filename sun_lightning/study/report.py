@@ -10,7 +10,7 @@ from pathlib import Path
 import mlflow
 
 from sun_lightning.results.report import fmt, fmt_percent, label, summarize, write_report
-from sun_lightning.results.runs import RunRecord, finished_runs, load_snapshot
+from sun_lightning.results.runs import RunRecord, finished_runs, load_snapshots
 from sun_lightning.results.study import averaged_relative, write_study
 from sun_lightning.study.plan import RunSpec
 from sun_lightning.tracking.naming import env_name
@@ -60,20 +60,21 @@ def report(client: mlflow.MlflowClient, args: argparse.Namespace, specs: list[Ru
     for config, env_id in dict.fromkeys((s.config, s.env_id) for s in specs):
         record_config_env(config)
         runs = study[env_id]
-        snapshots = {}
+        snapshots, stages = {}, {}
         for method, records in runs.items():
-            snapshot = load_snapshot(client, records[0].run_id) if records else None
-            if snapshot is not None:
-                snapshots[method] = snapshot
+            saved = load_snapshots(client, records[0].run_id) if records else {}
+            if saved:  # the lowest seed's: its last for the heatmaps, all four for the goal-statistics grid
+                snapshots[method], stages[method] = saved[max(saved)], saved
         frames = sorted({r.frames for records in runs.values() for r in records})
         context = [f"`{env_id}`, config `{config}`, MLflow experiment `{args.experiment}` (parent run `{parent}`), "
                    f"seeds {seeds}, {' / '.join(map(str, frames)) or 'no'} env frames per run.",
-                   "Cells: mean ± sample std over the n seeds that finished (n = 1: the value alone); AUC: the curve's "
+                   "Cells: mean over the n seeds that finished, [its 95 % bootstrap interval], (n = seeds; n = 1: the "
+                   "value alone, no interval; n = 2: the interval is the two seeds' range); AUC: the curve's "
                    "mean height against env frames (SPEC §7); n/a: does not apply (goal statistics of a rule without "
                    "goals, a baseline against itself) or no run."]
         env_out = out / env_name(env_id) if several else out
         env_failed = [f for f in failed if f.startswith(env_name(env_id) + "-")]
-        for path in write_report(env_out, env_id, runs, snapshots, context, env_failed):
+        for path in write_report(env_out, env_id, runs, snapshots, context, env_failed, stages):
             client.log_artifact(parent, str(path), env_name(env_id) if several else None)
         reports[env_id] = f"{env_name(env_id)}/report.md"
     if several:
@@ -87,21 +88,22 @@ def report(client: mlflow.MlflowClient, args: argparse.Namespace, specs: list[Ru
 
 
 def console_table(runs: dict[str, list[RunRecord]]) -> str:
+    """Per method: n and each column's mean, [95 % interval], (n)."""
     summary = summarize(runs)
     columns = list(next(iter(summary.values()), {}))
-    lines = [f"{'method':<18s} {'n':>3s} " + " ".join(f"{c:>17s}" for c in columns)]
+    lines = [f"{'method':<18s} {'n':>3s} " + " ".join(f"{c:>32s}" for c in columns)]
     for method, row in summary.items():
-        cells = " ".join(f"{fmt(row[c]):>17s}" for c in columns)
+        cells = " ".join(f"{fmt(row[c]):>32s}" for c in columns)
         lines.append(f"{label(method):<18s} {len(runs[method]):>3d} {cells}")
     return "\n".join(lines)
 
 
 def console_study(study: Study) -> str:
-    """The improvements averaged over environments, a line per method."""
+    """The improvements averaged over environments with their 95 % intervals, a line per method."""
     relative = averaged_relative({env_id: summarize(runs) for env_id, runs in study.items()},
                                  list(dict.fromkeys(m for runs in study.values() for m in runs)))
     columns = list(next(iter(relative.values()), {}))
-    lines = [f"{'method':<18s} " + " ".join(f"{c:>28s}" for c in columns)]
-    lines += [f"{label(m):<18s} " + " ".join(f"{fmt_percent(row[c]):>28s}" for c in columns)
+    lines = [f"{'method':<18s} " + " ".join(f"{c:>40s}" for c in columns)]
+    lines += [f"{label(m):<18s} " + " ".join(f"{fmt_percent(row[c]):>40s}" for c in columns)
               for m, row in relative.items()]
     return "\n".join(lines)

@@ -119,7 +119,7 @@ def test_a_study_reports_across_environments_and_resumes_only_the_missing_runs(t
         assert rows["random"][column] == "n/a"  # a baseline against itself
     assert rows["sun"]["envs"] == "2"
     study_md = (tmp_path / "results/st/study.md").read_text()
-    assert "| SUN adaptive | 2 | +50.0 % |" in study_md and "[ThreeRoom](ThreeRoom/report.md)" in study_md
+    assert "| SUN adaptive | 2 | +50.0 % [" in study_md and "[ThreeRoom](ThreeRoom/report.md)" in study_md
     for path in ("study.md", "curves_grid.png", "improvement_bars.png", "ThreeRoom/report.md",
                  "MountainCar/summary.csv", "MountainCar/curves.png"):
         assert (tmp_path / "results/st" / path).is_file(), path

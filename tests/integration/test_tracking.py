@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import mlflow
 import numpy as np
+import pytest
 
 from sun_lightning.run.cli import main
 from sun_lightning.methods import METHODS, method_args
+from sun_lightning.results.intervals import format_interval, mean_interval
+from sun_lightning.results.report import write_report
+from sun_lightning.results.runs import finished_runs
 from sun_lightning.results.snapshot import HeatmapSnapshot
 from sun_lightning.tracking.naming import env_name, git_commit, hardware, method_of, run_name
 from sun_lightning.tracking.store import config_params
@@ -100,6 +105,16 @@ def test_a_fit_leaves_a_run_a_researcher_can_read(tmp_path, monkeypatch):
     final = snapshots["100"]
     assert final.values.shape == (9, 8) and np.nanmax(final.values) <= 1.5 and final.start is not None
     assert np.isfinite(final.scores).sum() > 0  # the visited tiles' SUN scores
+
+    # its wall-clock minutes and frames/s, on the run and in the comparison report's runs.csv beside its hardware
+    minutes, fps = run.data.metrics["perf/run/minutes"], run.data.metrics["perf/run/frames_per_second"]
+    assert 0 < minutes < 10 and fps == pytest.approx(800 / (60 * minutes), rel=1e-6)
+    record = finished_runs(client, "sun_lightning")["ThreeRoom-sun-seed1"]
+    write_report(tmp_path / "report", "sun_lightning/ThreeRoom-v0", {"sun": [record]}, {})
+    (row,) = csv.DictReader(open(tmp_path / "report/runs.csv"))
+    assert float(row["minutes"]) == pytest.approx(minutes, rel=1e-5) and row["hardware"] == hardware()
+    shown = format_interval(mean_interval([minutes]), 1)  # 0.0612 (n = 1): three significant figures below 0.1
+    assert shown.endswith("(n = 1)") and f"| SUN adaptive | {shown} |" in (tmp_path / "report/report.md").read_text()
 
 
 def test_without_mlflow_the_results_callback_stays_out_of_the_way(tmp_path, monkeypatch):

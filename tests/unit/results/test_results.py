@@ -69,9 +69,9 @@ def _first_table(markdown: str) -> dict[str, list[str]]:
     return rows
 
 
-def test_report_gives_mean_std_n_and_relative_improvements_by_hand(tmp_path):
+def test_report_gives_mean_interval_n_and_relative_improvements_by_hand(tmp_path):
     runs = {
-        # AUCs: coverage (0.2 + 0.6)/2 = 0.4 and 0.6 → 0.5 ± 0.1414; entropy 0.6 and 0.8 → 0.7 ± 0.1414
+        # AUCs: coverage (0.2 + 0.6)/2 = 0.4 and 0.6 → 0.5 [0.4, 0.6]; entropy 0.6 and 0.8 → 0.7 [0.6, 0.8]
         "sun": [_record("sun", 0, [0.2, 0.6], [0.5, 0.7]), _record("sun", 1, [0.4, 0.8], [0.7, 0.9], success=0.7)],
         "adagoal": [_record("adagoal", 0, [0.2, 0.4], [0.4, 0.6])],  # AUCs 0.3 and 0.5, one seed
         "random": [_record("random", 0, [0.1, 0.3], [0.3, 0.5], goals=0.0)],  # AUCs 0.2 and 0.4, no goals
@@ -80,16 +80,21 @@ def test_report_gives_mean_std_n_and_relative_improvements_by_hand(tmp_path):
     summary = summarize(runs)
     sun = summary["sun"]
     assert sun["coverage AUC"].mean == pytest.approx(0.5) and sun["coverage AUC"].std == pytest.approx(0.1 * 2 ** 0.5)
+    # two seeds: the 95 % interval of the mean is their range (test_intervals.py)
+    assert (sun["coverage AUC"].low, sun["coverage AUC"].high) == (pytest.approx(0.4), pytest.approx(0.6))
     assert sun["goal success"].mean == pytest.approx(0.6) and sun["coverage"].n == 2
-    assert summary["adagoal"]["entropy AUC"] == Stat(pytest.approx(0.5), None, 1)
+    assert summary["adagoal"]["entropy AUC"] == Stat(pytest.approx(0.5), None, None, 1)
     assert summary["random"]["goal success"] is None  # Random selects no goals: n/a, not 0
     assert all(stat is None for stat in summary["discover"].values())
     assert "k-NN entropy" not in sun  # no run logged it
     relative = relative_table(summary)
     assert set(relative["sun"]) == {"coverage AUC vs AdaGoal", "coverage AUC vs Random",
                                     "entropy AUC vs AdaGoal", "entropy AUC vs Random"}  # DISCOVER was not run
-    assert relative["sun"]["coverage AUC vs AdaGoal"] == pytest.approx(100 * (0.5 - 0.3) / 0.3)
-    assert relative["sun"]["entropy AUC vs Random"] == pytest.approx(100 * (0.7 - 0.4) / 0.4)
+    vs_adagoal = relative["sun"]["coverage AUC vs AdaGoal"]
+    assert vs_adagoal.value == pytest.approx(100 * (0.5 - 0.3) / 0.3)
+    # AdaGoal's one seed is held at 0.3; SUN's two resample to 0.4 | 0.5 | 0.6: the interval is +33.3 % to +100 %
+    assert (vs_adagoal.low, vs_adagoal.high, vs_adagoal.n) == (pytest.approx(100 / 3), pytest.approx(100.0), (2, 1))
+    assert relative["sun"]["entropy AUC vs Random"].value == pytest.approx(100 * (0.7 - 0.4) / 0.4)
     assert relative["random"]["coverage AUC vs Random"] is None
 
     snapshot = HeatmapSnapshot(THREE_ROOM, 2000, 100, np.ones((9, 8)), np.zeros((9, 8)), np.zeros((9, 8)))
@@ -97,12 +102,16 @@ def test_report_gives_mean_std_n_and_relative_improvements_by_hand(tmp_path):
     assert {p.name for p in written} == {"curves.png", "heatmaps.png", "report.md", "summary.csv", "runs.csv"}
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written if p.suffix == ".png")
     rows = _first_table((tmp_path / "report.md").read_text())
-    assert rows["SUN adaptive"][:6] == ["2", "2000", "0.700 ± 0.141", "0.800 ± 0.141", "0.500 ± 0.141",
-                                        "0.700 ± 0.141"]
-    assert rows["AdaGoal"][:6] == ["1", "2000", "0.400", "0.600", "0.300", "0.500"]  # n = 1: no "± 0.000"
+    assert rows["SUN adaptive"][:6] == ["2", "2000", "0.700 [0.600, 0.800] (n = 2)", "0.800 [0.700, 0.900] (n = 2)",
+                                        "0.500 [0.400, 0.600] (n = 2)", "0.700 [0.600, 0.800] (n = 2)"]
+    # n = 1: the value and its n, no interval
+    assert rows["AdaGoal"][:6] == ["1", "2000", "0.400 (n = 1)", "0.600 (n = 1)", "0.300 (n = 1)", "0.500 (n = 1)"]
+    assert "+66.7 % [+33.3, +100.0] (n = 2 / 1)" in (tmp_path / "report.md").read_text()
     assert rows["Random"][-1] == "n/a" and rows["DISCOVER"][0] == "0"
     summary_csv = {row["method"]: row for row in csv.DictReader(open(tmp_path / "summary.csv"))}
     assert float(summary_csv["sun"]["coverage_auc_vs_adagoal_pct"]) == pytest.approx(66.6667, rel=1e-5)
+    assert float(summary_csv["sun"]["coverage_auc_vs_adagoal_pct_ci_high"]) == pytest.approx(100.0)
+    assert float(summary_csv["sun"]["coverage_auc_ci_low"]) == pytest.approx(0.4) and summary_csv["sun"]["coverage_auc_n"] == "2"
     assert summary_csv["random"]["goal_success_mean"] == "n/a" and summary_csv["adagoal"]["coverage_std"] == "n/a"
     assert len(list(csv.DictReader(open(tmp_path / "runs.csv")))) == 4
 
@@ -257,11 +266,11 @@ def test_report_shows_the_final_eval_success_where_runs_evaluated(tmp_path):
         record.final["eval/success"] = value
         record.histories["eval/success"] = ([1000, 2000], [0.0, value])
     summary = summarize(runs)
-    assert summary["sun"]["eval success"] == Stat(0.5, pytest.approx(np.std([0.25, 0.75], ddof=1)), 2)
-    assert summary["random"]["eval success"] == Stat(0.1, None, 1)
+    assert summary["sun"]["eval success"] == Stat(0.5, 0.25, 0.75, 2, pytest.approx(np.std([0.25, 0.75], ddof=1)))
+    assert summary["random"]["eval success"] == Stat(0.1, None, None, 1)
     write_report(tmp_path, THREE_ROOM, runs, {})
     table = _first_table((tmp_path / "report.md").read_text())
-    assert table["SUN adaptive"][-1] == "0.500 ± 0.354" and table["Random"][-1] == "0.100"
+    assert table["SUN adaptive"][-1] == "0.500 [0.250, 0.750] (n = 2)" and table["Random"][-1] == "0.100 (n = 1)"
     assert "coverage and entropy and eval success against env frames" in (tmp_path / "report.md").read_text()
     # runs without evaluation: no column
     assert "eval success" not in summarize({"sun": [_record("sun", 0, [0.2], [0.5])]})["sun"]
@@ -293,8 +302,8 @@ def test_report_gives_the_diagnosis_signals_by_hand(tmp_path):
     header = next(i for i, line in enumerate(lines) if line.startswith("| method | eval final distance"))
     assert lines[header] == "| method | eval final distance | reselection rate |"  # only what the runs logged
     sun, rnd = ([c.strip() for c in line.split("|")[1:-1]] for line in lines[header + 2:header + 4])
-    assert sun == ["SUN adaptive", f"5.000 ± {np.std([4.0, 6.0], ddof=1):.3f}", f"0.200 ± {np.std([0.1, 0.3], ddof=1):.3f}"]
-    assert rnd == ["Random", "9.000", "n/a"]  # a rule without goals has no reselection rate
+    assert sun == ["SUN adaptive", "5.000 [4.000, 6.000] (n = 2)", "0.200 [0.100, 0.300] (n = 2)"]
+    assert rnd == ["Random", "9.000 (n = 1)", "n/a"]  # a rule without goals has no reselection rate
     # runs that logged none of them: no table
     write_report(tmp_path / "plain", THREE_ROOM, {"sun": [_record("sun", 0, [0.2], [0.5])]}, {})
     assert "What the runs did" not in (tmp_path / "plain/report.md").read_text()
@@ -317,7 +326,8 @@ def test_report_names_where_each_method_ran(tmp_path):
 
 
 def test_small_means_keep_three_significant_figures():
-    assert Stat(0.00217, 0.00021, 3).format() == "0.00217 ± 0.00021"
-    assert Stat(0.0476, None, 1).format() == "0.0476"
-    assert Stat(0.5, 0.354, 2).format() == "0.500 ± 0.354" and Stat(0.0, 0.0, 2).format() == "0.000 ± 0.000"
-    assert Stat(-0.03, None, 1).format() == "-0.0300"
+    assert Stat(0.00217, 0.00196, 0.00238, 3).format() == "0.00217 [0.00196, 0.00238] (n = 3)"
+    assert Stat(0.0476, None, None, 1).format() == "0.0476 (n = 1)"
+    assert Stat(0.5, 0.25, 0.75, 2).format() == "0.500 [0.250, 0.750] (n = 2)"
+    assert Stat(0.0, 0.0, 0.0, 2).format() == "0.000 [0.000, 0.000] (n = 2)"
+    assert Stat(-0.03, None, None, 1).format() == "-0.0300 (n = 1)"

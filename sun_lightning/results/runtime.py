@@ -1,0 +1,105 @@
+"""How long runs took, and where: the paper's runtime table (its appendix "Source Code, Compute Details, and
+Runtimes", Table "Average wall-clock runtime, in minutes").
+
+Each run logs its wall-clock minutes and frames per second at its end (``perf/run/minutes``,
+``perf/run/frames_per_second``, :class:`~sun_lightning.callbacks.exploration.ExplorationLogger`) and is tagged with the
+CPU or GPU it ran on (``hardware``, :func:`~sun_lightning.tracking.naming.hardware`). From these, per environment and
+method, the mean minutes over seeds with their 95 % interval (:mod:`~sun_lightning.results.intervals`), and the paper's
+speed-up: "On Gridworlds and Classic control, SUN is nonetheless on average 3.54× faster than AdaGoal and 3.43× faster
+than DISCOVER (2.41× on LunarLander(Full))". Its numbers are the mean over those eight environments of the baseline's
+minutes over SUN's (AdaGoal: 192.1/56.6, 469.5/108.9, … average to 3.54), which :func:`speedups` computes the same way.
+Minutes of runs on different hardware, or sharing a machine with other runs, are not comparable: the tables name the
+hardware of each method's runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sun_lightning.results.intervals import Interval, format_interval, mean_interval, mean_ratio_interval
+from sun_lightning.results.labels import label
+from sun_lightning.results.runs import RunRecord
+from sun_lightning.tracking.naming import env_name
+
+#: The paper's DQN environments (Gridworlds and Classic control) over which it averages its speed-ups; LunarLanderFull
+#: is given on its own.
+DQN_ENVS = ("ThreeRoom", "FourRoomStuck", "GridMaze", "MountainCar", "Pendulum", "LunarLander", "Acrobot", "CartPole")
+#: The paper's speed-ups of SUN over each baseline on :data:`DQN_ENVS` (the baseline's minutes over SUN's).
+PAPER_SPEEDUPS = {"adagoal": 3.54, "discover": 3.43}
+
+Study = dict[str, dict[str, list[RunRecord]]]
+
+
+def hardware_line(runs: dict[str, list[RunRecord]]) -> list[str]:
+    """One line naming where each method's runs computed (methods grouped by hardware), if any run says."""
+    where: dict[str, list[str]] = {}
+    for method, records in runs.items():
+        for place in dict.fromkeys(r.hardware or "not recorded" for r in records):
+            where.setdefault(place, []).append(label(method))
+    if set(where) <= {"not recorded"}:
+        return []
+    return ["Hardware: " + "; ".join(f"{', '.join(methods)}: {place}" for place, methods in where.items()) + "."]
+
+
+def minutes(records: Sequence[RunRecord]) -> Interval | None:
+    """Mean wall-clock minutes over the runs that recorded them, with its 95 % interval (``None``: none did)."""
+    return mean_interval([r.minutes for r in records])
+
+
+def report_lines(runs: dict[str, list[RunRecord]]) -> list[str]:
+    """The report's "Run time" section: per method its minutes and frames per second (mean, [95 % interval], n) and
+    hardware; nothing where no run recorded its minutes."""
+    if not any(r.minutes is not None for records in runs.values() for r in records):
+        return []
+    lines = ["", "Run time (wall clock from the start of `fit` to its end, warm-up and evaluation included; "
+             "`perf/run/minutes`, `perf/run/frames_per_second`):", "",
+             "| method | minutes | frames/s | hardware |", "|---|---|---|---|"]
+    for method, records in runs.items():
+        places = ", ".join(dict.fromkeys(r.hardware or "not recorded" for r in records)) or "n/a"
+        lines.append(f"| {label(method)} | {format_interval(minutes(records), 1)} | "
+                     f"{format_interval(mean_interval([r.frames_per_second for r in records]), 1)} | {places} |")
+    return lines
+
+
+def speedups(study: Study, baselines: Sequence[str] = tuple(PAPER_SPEEDUPS), envs: Sequence[str] = DQN_ENVS
+             ) -> dict[str, tuple[Interval | None, int]]:
+    """Baseline → (the mean over ``envs`` of the baseline's minutes over SUN's, with its stratified 95 % interval;
+    the number of environments it averages), over the environments of ``study`` where both recorded minutes."""
+    out = {}
+    for baseline in baselines:
+        pairs = [([r.minutes for r in runs.get(baseline, [])], [r.minutes for r in runs.get("sun", [])])
+                 for env_id, runs in study.items() if env_name(env_id) in envs]
+        pairs = [(b, s) for b, s in pairs if minutes_exist(b) and minutes_exist(s)]
+        out[baseline] = (mean_ratio_interval(pairs), len(pairs))
+    return out
+
+
+def minutes_exist(values: Sequence[float | None]) -> bool:
+    return any(v is not None for v in values)
+
+
+def study_lines(study: Study) -> list[str]:
+    """The study's "Run time" section: the paper's table (environment × method, minutes) and SUN's speed-ups over
+    AdaGoal and DISCOVER beside the paper's 3.54× and 3.43×; nothing where no run recorded its minutes."""
+    if not any(r.minutes is not None for runs in study.values() for records in runs.values() for r in records):
+        return []
+    methods = list(dict.fromkeys(m for runs in study.values() for m in runs))
+    places = sorted({r.hardware or "not recorded" for runs in study.values() for records in runs.values()
+                     for r in records})
+    lines = ["", "## Run time", "",
+             "Wall-clock minutes per run (mean, [95 % bootstrap interval], n), as the paper's Table \"Average "
+             "wall-clock runtime, in minutes\". Hardware: " + "; ".join(places) + ". Runs that shared a machine, or "
+             "ran on different hardware, are not comparable; each environment's report names each method's.", "",
+             "| environment | " + " | ".join(label(m) for m in methods) + " |", "|---" * (len(methods) + 1) + "|"]
+    for env_id, runs in study.items():
+        lines.append(f"| {env_name(env_id)} | " + " | ".join(format_interval(minutes(runs.get(m, [])), 1)
+                                                              for m in methods) + " |")
+    ratios = speedups(study)
+    if any(n for _, n in ratios.values()):
+        lines += ["", "SUN's speed-up on the paper's DQN environments (Gridworlds and Classic control, LunarLanderFull "
+                  "apart): the mean over environments of the baseline's minutes over SUN's, with its 95 % interval, "
+                  "beside the paper's.", "", "| baseline | envs | speed-up here | paper |", "|---|---|---|---|"]
+        for baseline, (ratio, n) in ratios.items():
+            shown = format_interval(ratio, 2, "×")
+            lines.append(f"| {label(baseline)} | {n} | {shown} | {PAPER_SPEEDUPS[baseline]:.2f}× |")
+    return lines

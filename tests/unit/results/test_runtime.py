@@ -1,0 +1,67 @@
+"""Run time as data: the report's minutes per method, the study's runtime table and SUN's speed-ups by hand."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from sun_lightning.results.report import write_report
+from sun_lightning.results.runs import FRAMES_PER_SECOND, MINUTES, RunRecord
+from sun_lightning.results.runtime import PAPER_SPEEDUPS, speedups, study_lines
+
+COV, ENT = "explore/visits/coverage", "explore/visits/entropy"
+CPU = "cpu (AMD EPYC 9965, 2 cores)"
+
+
+def timed(env: str, method: str, seed: int, minutes: float | None, frames: int = 2000) -> RunRecord:
+    final = {COV: 0.5, ENT: 0.5}
+    if minutes is not None:
+        final |= {MINUTES: minutes, FRAMES_PER_SECOND: frames / (60 * minutes)}
+    return RunRecord(f"{env}-{method}-seed{seed}", f"id-{env}-{method}-{seed}", method, seed, final,
+                     {COV: ([1000, frames], [0.4, 0.5]), ENT: ([1000, frames], [0.4, 0.5])}, 10.0, CPU)
+
+
+def test_the_report_gives_each_methods_minutes_frames_per_second_and_hardware(tmp_path):
+    runs = {"sun": [timed("ThreeRoom", "sun", 0, 2.0), timed("ThreeRoom", "sun", 1, 4.0)],
+            "adagoal": [timed("ThreeRoom", "adagoal", 0, 10.0)],
+            "random": [timed("ThreeRoom", "random", 0, None)]}  # a run from before the clock
+    write_report(tmp_path, "sun_lightning/ThreeRoom-v0", runs, {})
+    text = (tmp_path / "report.md").read_text()
+    # two seeds: 3.0 [2.0, 4.0]; frames/s 2000/120 = 16.7 and 2000/240 = 8.3 → 12.5 [8.3, 16.7]
+    assert f"| SUN adaptive | 3.0 [2.0, 4.0] (n = 2) | 12.5 [8.3, 16.7] (n = 2) | {CPU} |" in text
+    assert f"| AdaGoal | 10.0 (n = 1) | 3.3 (n = 1) | {CPU} |" in text
+    assert f"| Random | n/a | n/a | {CPU} |" in text
+    first = next(csv.DictReader(open(tmp_path / "runs.csv")))
+    assert (first["minutes"], first["frames_per_second"], first["hardware"]) == ("2", "16.6667", CPU)
+    # no run with minutes: no section
+    write_report(tmp_path / "none", "sun_lightning/ThreeRoom-v0", {"random": [timed("ThreeRoom", "random", 0, None)]}, {})
+    assert "Run time" not in (tmp_path / "none/report.md").read_text()
+
+
+def test_speedups_are_the_papers_mean_of_per_environment_ratios():
+    # the paper's own minutes on two of its environments: 192.1/56.6 and 469.5/108.9 average to 3.85
+    study = {"sun_lightning/ThreeRoom-v0": {"sun": [timed("ThreeRoom", "sun", 0, 56.6)],
+                                            "adagoal": [timed("ThreeRoom", "adagoal", 0, 192.1)],
+                                            "discover": [timed("ThreeRoom", "discover", 0, 190.5)]},
+             "sun_lightning/FourRoomStuck-v0": {"sun": [timed("FourRoomStuck", "sun", 0, 100.0),
+                                                        timed("FourRoomStuck", "sun", 1, 117.8)],
+                                                "adagoal": [timed("FourRoomStuck", "adagoal", 0, 469.5)]},
+             # not a DQN environment of the paper: out of the average
+             "sun_lightning/PointMazeS-v0": {"sun": [timed("PointMazeS", "sun", 0, 55.7)],
+                                             "adagoal": [timed("PointMazeS", "adagoal", 0, 42.7)]}}
+    ratios = speedups(study)
+    adagoal, n = ratios["adagoal"]
+    assert n == 2 and adagoal.value == pytest.approx((192.1 / 56.6 + 469.5 / 108.9) / 2)
+    # SUN's two FourRoomStuck seeds resample to 100, 108.9, 117.8: the ratio's interval spans them
+    low = (192.1 / 56.6 + 469.5 / 117.8) / 2
+    high = (192.1 / 56.6 + 469.5 / 100.0) / 2
+    assert (adagoal.low, adagoal.high) == (pytest.approx(low), pytest.approx(high))
+    discover, n = ratios["discover"]
+    assert n == 1 and discover.value == pytest.approx(190.5 / 56.6) and discover.low is None
+    lines = study_lines(study)
+    assert "| ThreeRoom | 56.6 (n = 1) | 192.1 (n = 1) | 190.5 (n = 1) |" in lines
+    assert "| FourRoomStuck | 108.9 [100.0, 117.8] (n = 2) | 469.5 (n = 1) | n/a |" in lines
+    assert f"| AdaGoal | 2 | 3.85× [{low:.2f}, {high:.2f}] (n = 1 / 1 / 1 / 2) | {PAPER_SPEEDUPS['adagoal']:.2f}× |" in lines
+    assert f"| DISCOVER | 1 | 3.37× (n = 1 / 1) | 3.43× |" in lines
+    assert study_lines({"sun_lightning/ThreeRoom-v0": {"sun": [timed("ThreeRoom", "sun", 0, None)]}}) == []
