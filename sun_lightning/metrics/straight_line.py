@@ -44,6 +44,21 @@ def straight_line_metrics(env_id: str, max_goals: int | None = 256, seed: int = 
         evaluator.close()
 
 
+def straight_line_context(env_id: str, max_goals: int | None = 256, seed: int = 0) -> list[str]:
+    """A report's line with the straight-line floor of ``env_id``'s evaluation, for the point mazes (whose
+    actions move the goal coordinates by ``STEP_SCALE · a``); none for any other environment."""
+    import gymnasium
+
+    entry = str(gymnasium.spec(env_id).entry_point)
+    if not entry.endswith("point_maze:PointMazeEnv"):
+        return []
+    metrics = straight_line_metrics(env_id, max_goals, seed)
+    goals = len(eval_goals(env_id).subset(max_goals))
+    return [f"The floor of eval success: a scripted policy that heads straight for each goal "
+            f"(`sun_lightning/metrics/straight_line.py`) reaches {metrics['eval/success']:.3f} of the same "
+            f"{goals} evaluation goals; a learned policy below it does not yet navigate."]
+
+
 if __name__ == "__main__":
     import sys
 

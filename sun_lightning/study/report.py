@@ -9,6 +9,7 @@ from pathlib import Path
 
 import mlflow
 
+from sun_lightning.metrics.straight_line import straight_line_context
 from sun_lightning.results.report import fmt, fmt_percent, label, summarize, write_report
 from sun_lightning.results.runs import RunRecord, finished_runs, load_snapshots
 from sun_lightning.results.study import averaged_relative, write_study
@@ -71,7 +72,7 @@ def report(client: mlflow.MlflowClient, args: argparse.Namespace, specs: list[Ru
                    "Cells: mean over the n seeds that finished, [its 95 % bootstrap interval], (n = seeds; n = 1: the "
                    "value alone, no interval; n = 2: the interval is the two seeds' range); AUC: the curve's "
                    "mean height against env frames (SPEC §7); n/a: does not apply (goal statistics of a rule without "
-                   "goals, a baseline against itself) or no run."]
+                   "goals, a baseline against itself) or no run.", *straight_line_context(env_id)]
         env_out = out / env_name(env_id) if several else out
         env_failed = [f for f in failed if f.startswith(env_name(env_id) + "-")]
         for path in write_report(env_out, env_id, runs, snapshots, context, env_failed, stages):

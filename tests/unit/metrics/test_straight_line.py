@@ -13,7 +13,7 @@ from sun_lightning.envs.eval_goals import eval_goals
 from sun_lightning.envs.point_maze import maze_wall
 from sun_lightning.envs.registry import goal_space
 from sun_lightning.metrics.evaluation import GoalEvaluator
-from sun_lightning.metrics.straight_line import straight_line, straight_line_metrics
+from sun_lightning.metrics.straight_line import straight_line, straight_line_context, straight_line_metrics
 
 ENV = "sun_lightning/PointMazeS-v0"
 
@@ -45,3 +45,10 @@ def test_it_reaches_the_goals_in_line_of_sight_and_no_other():
 def test_it_is_refused_where_actions_do_not_move_the_goal():
     with pytest.raises(ValueError, match="straight-line policy needs continuous actions"):
         straight_line(goal_space("sun_lightning/ThreeRoom-v0"))
+
+
+def test_a_point_mazes_report_states_the_floor_and_no_other_does():
+    (line,) = straight_line_context(ENV, max_goals=None)
+    assert f"reaches {straight_line_metrics(ENV, max_goals=None)['eval/success']:.3f} of the same 63 evaluation goals" in line
+    assert straight_line_context("sun_lightning/ThreeRoom-v0") == []
+    assert straight_line_context("sun_lightning/AntMazeS-v0") == []
