@@ -40,7 +40,7 @@ from sun_lightning.run.resume import check_checkpoint, choose_folder, claim_fold
 from sun_lightning.run.runtime import quiet_third_party, tune_allocator
 from sun_lightning.run.summary import run_summary
 from sun_lightning.tracking.naming import method_of, name_of_run, run_tags
-from sun_lightning.tracking.store import MLFLOW_DIR, MLFLOW_URI, config_params, prepare_store
+from sun_lightning.tracking.store import MLFLOW_DIR, MLFLOW_URI, config_params, prepare_store, worked_out_bounds
 
 
 #: The argument the CLI links from the DataModule (the goal space): derived, never a setting of its own.
@@ -67,6 +67,7 @@ class MLflowSaveConfig(SaveConfigCallback):
                 config[key] = None
         text = self.parser.dump(config, skip_none=False)
         params = config_params(config.as_dict(), skip={LINKED_GOAL_SPACE, *_RUN_IDENTITY})
+        params = worked_out_bounds(params, trainer.datamodule.goal_space)  # ``auto`` as the numbers it came to
         for logger in trainer.loggers:
             if isinstance(logger, SUNMLFlowLogger):  # its writes survive a failing store
                 logged = logger.logged_params()
