@@ -1,6 +1,7 @@
 """A refused command changes nothing: the checks that need the heavy imports (an unknown environment, a goal space
 or a map that cannot work, a learner that cannot act in the env, a package that does not import) refuse before the
-run's checkpoint folder and its MLflow run are claimed; ``--ckpt_path last`` with nothing to resume is one line,
+run's checkpoint folder and its MLflow run are claimed (the pre-check tells some of these kinds earlier now: they
+stay here, a refusal at either point must leave nothing); ``--ckpt_path last`` with nothing to resume is one line,
 never a fresh run; and with several runs of the name it says which one it continues."""
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def finished(store, tmp_path, monkeypatch) -> Path:
     ([THREE_ROOM, "--data.env_id", "sun_lightning/Tiny-v0", "--data.layout", "S . X"],
      "error: data.layout: unknown symbol 'X' at row 0, column 2"),
     ([MCC, "--data.goal.reach", "-0.5"], "error: data.goal.reach must be radius or a distance > 0"),
+    ([MCC, "--data.goal.dims", "[0, 5]"], "error: data.goal.dims: [5] outside the observation"),  # the env's to tell
     ([MCC, "--data.env_id", "MountainCarContinous-v0"], "error: data.env_id: gymnasium does not know"),
     ([MCC, "--model", "sun_lightning.learners.dqn.DQNSVF"], "error: model.class_path: DQNSVF cannot act in"),
     ([MCC, "--data.env_package", "no_such_package"], "error: data.env_package: cannot import 'no_such_package'"),
