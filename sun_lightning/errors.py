@@ -39,6 +39,12 @@ class UsageError(SystemExit):
         self.message, self.options, self.line = message, sorted(set(options)), line
 
 
+def no_goal_space(env_id: str) -> str:
+    """The line for an id gymnasium knows given without ``data.goal``: the pre-check's and the live check's."""
+    return (f"data.env_id: {env_id!r} is a gymnasium id without a goal space: give one in data.goal (its dims, low, "
+            "high and reach: docs/custom-envs.md)")
+
+
 def suggest(name: str, options: Iterable[str]) -> str | None:
     """The valid option closest to a mistyped one (``--data.total_framez`` → ``--data.total_frames``)."""
     options = list(options)

@@ -6,6 +6,11 @@ pickled bytes (the pseudocount, the environments, the numpy and Python RNG state
 :mod:`sun_lightning.exploration.state`, :mod:`sun_lightning.envs.state`); those are unpickled here, where a
 global that is not on the allow-list (this package's classes, gymnasium's env, space and wrapper
 classes, numpy arrays and RNGs, torch tensors) stops the load, naming it, before anything runs.
+
+A run's own environment may come from another package (Gymnasium-Robotics, a user's ``data.env_package``): the
+classes of the modules its env was built from are trusted too (:func:`trust`, called where the env is built). That
+code is imported already, to make the env, so trusting its classes runs nothing a fresh run would not; nothing
+else is added, and a class from any other module is still refused before it runs.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ CLASS_MODULES = ("sun_lightning.", "gymnasium.envs.", "gymnasium.spaces.", "gymn
                  "gymnasium.vector.vector_env")
 #: Functions and classes a state blob may name outside those modules (numpy arrays and RNGs, torch tensors).
 ALLOWED = frozenset({
-    "collections.OrderedDict",
+    "collections.OrderedDict", "builtins.slice",
     "numpy.ndarray", "numpy.dtype",
     "numpy._core.multiarray._reconstruct", "numpy.core.multiarray._reconstruct",
     "numpy._core.multiarray.scalar", "numpy.core.multiarray.scalar",
@@ -33,7 +38,20 @@ ALLOWED = frozenset({
     "numpy.random._sfc64.SFC64", "numpy.random.mtrand.RandomState", "numpy.random._generator.Generator",
     "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_parameter", "torch.device", "torch.Size",
     "torch._C.Generator", "torch.storage._load_from_bytes",
+    "sun_lightning.envs.state._bare", "sun_lightning.envs.state._set_vars",  # an EzPickle env's attributes
 })
+_trusted: set[str] = set()  # modules whose classes this process's env was built from (trust())
+
+
+def trust(*modules: str | None) -> None:
+    """Allow the classes of ``modules`` and their submodules in state blobs from now on: the modules this process
+    imported to build its env (``data.env_package``, the env's entry point: :func:`env_modules`)."""
+    _trusted.update(module for module in modules if module)
+
+
+def trusted(module: str) -> bool:
+    """Whether the classes of ``module`` may be unpickled: the package's own, gymnasium's, or those :func:`trust` added."""
+    return module.startswith(CLASS_MODULES) or any(module == m or module.startswith(m + ".") for m in _trusted)
 
 
 def _storage_from_bytes(data: bytes):
@@ -48,7 +66,7 @@ class _AllowListUnpickler(pickle.Unpickler):
             return _storage_from_bytes
         if qualified in ALLOWED:
             return super().find_class(module, name)
-        if module.startswith(CLASS_MODULES):
+        if trusted(module):
             found = super().find_class(module, name)
             if isinstance(found, type):
                 return found
@@ -71,14 +89,18 @@ def read_checkpoint(path: str, weights_only: bool = True) -> dict:
                           ) from None
 
 
-def loads(blob: bytes):
-    """``pickle.loads`` for a checkpoint's state blob, refusing globals outside the allow-list.
+def loads(blob: bytes, persistent_load=None):
+    """``pickle.loads`` for a checkpoint's state blob, refusing globals outside the allow-list (``persistent_load``:
+    what the blob's persistent ids stand for, where its writer used them; without it, one is refused).
 
     Raises:
         ConfigError: the blob names a global that is not allowed (one line naming it).
     """
     try:
-        return _AllowListUnpickler(io.BytesIO(blob)).load()
+        unpickler = _AllowListUnpickler(io.BytesIO(blob))
+        if persistent_load is not None:
+            unpickler.persistent_load = persistent_load
+        return unpickler.load()
     except pickle.UnpicklingError as error:
         raise ConfigError(f"the checkpoint's state names {error}, which is not on the allow-list of "
                           "sun_lightning.checkpoints.safe_pickle (a checkpoint is code: load only checkpoints you trust, "

@@ -26,11 +26,13 @@ from typing import Any, Literal
 import gymnasium
 import numpy as np
 
+from sun_lightning.checkpoints import safe_pickle
 from sun_lightning.envs.maze_map import MazeMap, maze_map_of, record_maze
 from sun_lightning.envs.registry import GoalSpace, env_ids, record, torchrl_autoreset_mode
 from sun_lightning.errors import ConfigError
 
-__all__ = ["CustomEnv", "FlatGoalObservation", "GoalConfig", "custom_env", "import_env_package", "make_one"]
+__all__ = ["CustomEnv", "FlatGoalObservation", "GoalConfig", "custom_env", "env_modules", "import_env_package",
+           "make_one"]
 
 #: The goal-dict entry that is the env's task, not the agent's state: never part of the flat observation.
 DESIRED_GOAL = "desired_goal"
@@ -82,6 +84,17 @@ def import_env_package(package: str | None, env_id: str) -> str:
     return bare
 
 
+def env_modules(gym_id: str, env_package: str | None = None) -> tuple[str, ...]:
+    """The modules an env is built from: ``env_package`` and the module of the id's registered entry point (a
+    ``module:Class`` string, or the callable's module). A resumed run trusts their classes in its checkpoint's env
+    state (:func:`~sun_lightning.checkpoints.safe_pickle.trust`): they are imported already to make the env."""
+    module, _, bare = gym_id.rpartition(":")
+    spec = gymnasium.registry.get(bare)
+    entry = getattr(spec, "entry_point", None)
+    entry_module = entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", None)
+    return tuple(name for name in (env_package, module, entry_module) if name)
+
+
 def custom_env(env_id: str, goal: GoalConfig | None, env_package: str | None = None,
                vector: Literal["sync", "async"] = "sync") -> CustomEnv | None:
     """The DataModule's part: ``env_id`` with ``data.goal`` as a :class:`CustomEnv`, or ``None`` for a registered id
@@ -89,6 +102,7 @@ def custom_env(env_id: str, goal: GoalConfig | None, env_package: str | None = N
     if goal is not None:
         return CustomEnv(env_id, goal, env_package, vector)
     import_env_package(env_package, env_id)
+    safe_pickle.trust(*env_modules(env_id, env_package))
     if vector != "sync":
         raise ConfigError(f"data.vector: {vector} applies to an environment given with data.goal; {env_id} has "
                           "its own vector env")
@@ -183,6 +197,7 @@ class CustomEnv:
         self.env_id, self.env_package, self.vector = env_id, env_package, vector
         self.gym_id = import_env_package(env_package, env_id)
         _check_known(self.gym_id)
+        safe_pickle.trust(*env_modules(env_id, env_package))  # its checkpoints name these classes
         env = gymnasium.make(self.gym_id)
         try:
             self.maze = maze_map_of(env)
@@ -229,7 +244,7 @@ def goal_space_of(env_id: str, goal: GoalConfig, observation_space: gymnasium.Sp
         if not dims or len(set(dims)) != len(dims):
             raise ConfigError(f"data.goal.dims must name distinct observation entries, got {dims}")
     goal_dims = tuple(dims) if dims is not None else tuple(range(obs_dim))
-    names = _goal_names(goal.names, goal_dims, slices)
+    names = _goal_names(goal.names, goal_dims, slices, maze)
     low = _bounds("low", goal.low, obs_low[list(goal_dims)], env_id, maze, 0)
     high = _bounds("high", goal.high, obs_high[list(goal_dims)], env_id, maze, 1)
     for name, values in (("low", low), ("high", high)):
@@ -273,14 +288,19 @@ def goal_space_of(env_id: str, goal: GoalConfig, observation_space: gymnasium.Sp
     return space, rescale
 
 
-def _goal_names(given: list[str] | None, goal_dims: tuple[int, ...], slices: dict[str, slice] | None) -> tuple[str, ...]:
-    """Each goal dimension's name: ``given``, else its goal-dict entry and index (``achieved_goal[0]``), else
-    ``obs[<index>]``."""
+def _goal_names(given: list[str] | None, goal_dims: tuple[int, ...], slices: dict[str, slice] | None,
+                maze: MazeMap | None = None) -> tuple[str, ...]:
+    """Each goal dimension's name: ``given``; else ``x``, ``y`` for a maze's ``achieved_goal`` (its position on the
+    map); else its goal-dict entry and index (``achieved_goal[0]``); else ``obs[<index>]``."""
     if given is not None:
         if len(given) != len(goal_dims):
             raise ConfigError(f"data.goal.names has {len(given)} names, the goal {len(goal_dims)} dimensions "
                               f"(dims {list(goal_dims)})")
         return tuple(str(name) for name in given)
+    position = slices.get(ACHIEVED_GOAL) if slices else None
+    if maze is not None and position is not None and goal_dims == tuple(range(position.start, position.stop)) \
+            and len(goal_dims) == 2:
+        return ("x", "y")
 
     def name(d: int) -> str:
         key = next((key for key, part in (slices or {}).items() if part.start <= d < part.stop), None)

@@ -17,7 +17,7 @@ import gymnasium
 import numpy as np
 import torch
 
-from sun_lightning.errors import ConfigError
+from sun_lightning.errors import ConfigError, no_goal_space
 
 NAMESPACE = "sun_lightning"
 
@@ -180,8 +180,8 @@ def goal_space(env_id: str) -> GoalSpace:
     try:
         return _GOAL_SPACES[env_id]
     except KeyError:
+        if env_id in gymnasium.registry and not env_id.startswith(NAMESPACE + "/"):
+            raise ConfigError(no_goal_space(env_id)) from None
         close = difflib.get_close_matches(env_id, env_ids(), n=1, cutoff=0.5)
         hint = f"did you mean {close[0]}? " if close else ""
-        if env_id in gymnasium.registry:
-            hint = "a gymnasium id without a goal space: give one in data.goal, see docs/custom-envs.md; "
         raise ConfigError(f"data.env_id: unknown environment {env_id!r} ({hint}registered: {', '.join(env_ids())})") from None

@@ -9,6 +9,7 @@ with the checkpoint under this class's name.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import Literal
 
@@ -27,7 +28,7 @@ from sun_lightning.errors import ConfigError
 from sun_lightning.exploration.build import COUNTS, build
 from sun_lightning.exploration.events import Events
 from sun_lightning.exploration.handle import Exploration
-from sun_lightning.exploration.loop import Budget, learning_stream
+from sun_lightning.exploration.loop import Budget, learning_stream, whole_steps
 from sun_lightning.exploration.stats import CollectionStats
 from sun_lightning.goals.base import GoalSelector
 from sun_lightning.goals.sun import SUNAdaptive
@@ -115,6 +116,9 @@ class ExplorationDataModule(pl.LightningDataModule):
         if self.exploration is not None and not self.exploration.closed:
             return
         learner, strategy = self.trainer.lightning_module, self.trainer.strategy
+        self.total_frames, note = whole_steps(self.total_frames, self.num_envs * self.trainer.world_size)
+        if note and self.trainer.is_global_zero:
+            print(note, file=sys.stderr, flush=True)
         self.exploration = build(
             env_id=self.env_id, goal_space=self.goal_space, custom=self.custom, selector=self.selector,
             agent=learner, num_envs=self.num_envs, total_frames=self.total_frames, warmup_frames=self.warmup_frames,

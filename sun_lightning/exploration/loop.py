@@ -31,6 +31,17 @@ class Budget:
     learns: bool  # the rule learns (not Random) and updates_per_frame > 0
 
 
+def whole_steps(total_frames: int, step: int) -> tuple[int, str | None]:
+    """``total_frames`` rounded up to whole vector steps of ``step`` frames, and the note saying so where that changed
+    it: the loop collects a vector step at a time, so a budget between two runs to the next one (and the progress bar
+    counts to the frames the run will collect, not past its total)."""
+    rounded = -(-total_frames // step) * step
+    if rounded == total_frames:
+        return total_frames, None
+    return rounded, (f"note: data.total_frames ({total_frames}) is not a whole number of vector steps of {step} "
+                     f"frames: the run collects {rounded} ({rounded // step} steps)")
+
+
 def learning_stream(x: Exploration, budget: Budget, should_stop: Callable[[], bool]) -> Iterator[list[TensorDict]]:
     """Step the collector until ``budget.total_frames``, yielding the learning batches of each vector step (one
     per update; an empty list where nothing learns, so that Lightning's batch-end hooks still run every step)."""

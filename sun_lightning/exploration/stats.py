@@ -100,7 +100,6 @@ class CollectionStats:
             "explore/goals/selected": float(self.selected),
             "explore/goals/reached": float(self.reached),
             "explore/goals/ended": float(self.ended),
-            "explore/goals/success": self.ended_reached / self.ended if self.ended else 0.0,
             "explore/goals/steps_to_goal": self.steps_to_goal / self.reached if self.reached else 0.0,
             "explore/goals/reselection_rate": self.reselected / frames,
             "explore/goals/random_fraction": self.random_frames / frames,
@@ -108,5 +107,7 @@ class CollectionStats:
             "explore/goals/held_unmoved": self.held_unmoved / frames,
             "explore/episodes/count": float(self.episodes),
         }
+        if self.ended:  # 0 of 0 is no success rate: a window where no goal ended has none, not 0
+            out["explore/goals/success"] = self.ended_reached / self.ended
         self.reset()
         return out

@@ -36,11 +36,11 @@ from sun_lightning.errors import ConfigError, UsageError, check_config_files, co
 from sun_lightning.learners.base import Learner
 from sun_lightning.learners.family import check_family
 from sun_lightning.tracking.logger import SUNMLFlowLogger
-from sun_lightning.run.resume import check_checkpoint, choose_folder, claim_folder, resumed_run
+from sun_lightning.run.resume import check_checkpoint, choose_folder, claim_folder, resumed_note, resumed_run
 from sun_lightning.run.runtime import quiet_third_party, tune_allocator
 from sun_lightning.run.summary import run_summary
 from sun_lightning.tracking.naming import method_of, name_of_run, run_tags
-from sun_lightning.tracking.store import MLFLOW_DIR, MLFLOW_URI, config_params, prepare_store
+from sun_lightning.tracking.store import MLFLOW_DIR, MLFLOW_URI, config_params, prepare_store, worked_out_bounds
 
 
 #: The argument the CLI links from the DataModule (the goal space): derived, never a setting of its own.
@@ -67,6 +67,7 @@ class MLflowSaveConfig(SaveConfigCallback):
                 config[key] = None
         text = self.parser.dump(config, skip_none=False)
         params = config_params(config.as_dict(), skip={LINKED_GOAL_SPACE, *_RUN_IDENTITY})
+        params = worked_out_bounds(params, trainer.datamodule.goal_space)  # ``auto`` as the numbers it came to
         for logger in trainer.loggers:
             if isinstance(logger, SUNMLFlowLogger):  # its writes survive a failing store
                 logged = logger.logged_params()
@@ -174,6 +175,14 @@ class SUNCLI(LightningCLI):
             raise
         except ValueError as error:
             raise ConfigError(_innermost_message(error)) from error
+        # Every check that can refuse the command has passed (those of the classes just built included): only now
+        # does it touch the MLflow store and claim its checkpoint folder, so a refused command leaves both as they were.
+        if getattr(self, "_store", None) is not None:
+            MLFLOW_DIR.mkdir(exist_ok=True)
+            prepare_store(*self._store)
+        config = self.config.get(self.subcommand) if self.subcommand else self.config
+        if self.subcommand == "fit" and config is not None:
+            claim_folder(config)  # this launch holds its folder from here on
 
     def _parse_ckpt_path(self) -> None:
         # Lightning would torch.load a ``--ckpt_path`` file here, unverified and whole, and put its learner
@@ -182,7 +191,6 @@ class SUNCLI(LightningCLI):
         pass
 
     def before_instantiate_classes(self) -> None:
-        MLFLOW_DIR.mkdir(exist_ok=True)
         config = self.config.get(self.subcommand) if self.subcommand else self.config
         if config is None:
             return
@@ -209,15 +217,18 @@ class SUNCLI(LightningCLI):
         check_config(config, {"model": None, "data": ExplorationDataModule, "checkpoint": FrameCheckpoint,
                               "metrics": ExplorationLogger, "results": ResultsLogger, "progress": FrameProgressBar})
         if self.subcommand == "fit" and config.get("ckpt_path"):
+            last = config.ckpt_path == "last"
             check_checkpoint(config, seed, method)
+            if last and config.get("checkpoint") is not None:
+                self.folder_line = resumed_note(base, config.ckpt_path)
         logger = config.get("trainer", {}).get("logger")
         if isinstance(logger, Namespace) and str(logger.get("class_path", "")).endswith("MLFlowLogger"):
             if logger.class_path == "lightning.pytorch.loggers.MLFlowLogger":
                 # The config.yaml of an earlier run: ours takes the same arguments and survives a failing store.
                 logger.class_path = "sun_lightning.tracking.logger.SUNMLFlowLogger"
             args = logger.get("init_args") or Namespace()
-            prepare_store(args.get("tracking_uri") or MLFLOW_URI, args.get("experiment_name") or "lightning_logs",
-                          args.get("artifact_location"))
+            self._store = (args.get("tracking_uri") or MLFLOW_URI, args.get("experiment_name") or "lightning_logs",
+                          args.get("artifact_location"))  # made or checked once every class is built
             args.run_name = (args.get("run_name") or name) + run_folders.suffix(version)  # another run, another name
             resumed = resumed_run(config)
             if resumed and not args.get("run_id"):
@@ -225,8 +236,6 @@ class SUNCLI(LightningCLI):
             accelerator = config.get("trainer", {}).get("accelerator") or "auto"
             args.tags = {**(args.get("tags") or {}), **run_tags(env_id, method, seed, str(accelerator))}
             logger.init_args = args
-        if self.subcommand == "fit":
-            claim_folder(config)  # every check passed: this launch holds its folder from here on
 
 
 def main(args: list[str] | None = None, run: bool = True) -> SUNCLI:

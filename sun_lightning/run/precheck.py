@@ -5,8 +5,9 @@ misspelt. This module reads the same constructor signatures from the source file
 importing them, merges the config files and overrides the way the parser does, and raises the error the live
 parser would raise, with the same one line (:mod:`sun_lightning.errors`): an unknown subcommand, a missing or
 malformed config file, an unknown key of ``data``, ``model.init_args``, ``trainer`` and the callback groups, a
-word where a number belongs, a value outside its annotated domain (:mod:`sun_lightning.domains`), and a run
-too short to learn. Anything it cannot judge for certain (a class it cannot read, a nested object, a union
+word where a number belongs, a value outside its annotated domain (:mod:`sun_lightning.domains`), a run
+too short to learn, and for an env given by its gymnasium id ``data.goal``'s keys, types and domains and the id
+itself against gymnasium's registry (:mod:`sun_lightning.run.precheck_env`). Anything it cannot judge for certain (a class it cannot read, a nested object, a union
 type) it leaves to the live parser, which still checks everything: this is a fast path, never a second set of
 rules. ``tests/unit/run/test_precheck.py`` holds both to the same lines.
 """
@@ -26,6 +27,7 @@ import yaml
 from sun_lightning import domains
 from sun_lightning._moved import new_name
 from sun_lightning.errors import HELP_HINT, ConfigError, UsageError, check_config_files, suggest
+from sun_lightning.run import precheck_env
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
 #: Config group → the class its keys are constructor arguments of (as ``cli.SUNCLI`` adds them).
@@ -217,6 +219,8 @@ def check(argv: list[str]) -> None:
             model_path = _accept(known, key, value, values, model_path, from_file=False, raw=raw)
     _check_domains(known, values, model_path)
     _check_budget(known, values)
+    _check_goal(values)
+    precheck_env.check_env_id(values)
 
 
 def _accept(known: _Known, key: str, value, values: dict, model_path, from_file: bool, raw: str | None = None):
@@ -238,6 +242,10 @@ def _accept(known: _Known, key: str, value, values: dict, model_path, from_file:
                 values[key] = value
         return model_path
     params = known.groups.get(group)
+    if group == "data" and name.startswith("goal."):  # ``--data.goal.reach 0.5``: one key of the goal space
+        goal = values.get("data.goal")
+        values["data.goal"] = {**(goal if isinstance(goal, dict) else {}), name.removeprefix("goal."): value}
+        return model_path
     if params is None or not name or "." in name:
         return model_path
     if name not in params:
@@ -249,6 +257,20 @@ def _accept(known: _Known, key: str, value, values: dict, model_path, from_file:
     _check_type(key, params[name], value, raw)
     values[key] = value
     return model_path
+
+
+def _check_goal(values: dict) -> None:
+    """``data.goal``'s keys as the user wrote them (``data.goal.reachh``), then their types and domains."""
+    goal = values.get("data.goal")
+    if not isinstance(goal, dict):
+        return
+    keys = precheck_env.goal_keys(_find_class)
+    if keys is None:
+        return
+    unknown = next((key for key in goal if key not in keys), None)
+    if unknown is not None:
+        raise _unknown_key(f"data.goal.{unknown}", [f"data.goal.{key}" for key in keys])
+    precheck_env.check_goal(goal)
 
 
 def _unknown_key(key: str, options: list[str]) -> UsageError:

@@ -16,6 +16,7 @@ from sun_lightning.checkpoints import run_folders
 from sun_lightning.checkpoints.identity import asked_identity, check_fits, recorded_identity
 from sun_lightning.checkpoints.integrity import resolve_checkpoint
 from sun_lightning.checkpoints.safe_pickle import read_checkpoint
+from sun_lightning.errors import ConfigError
 
 def choose_folder(config: Namespace, base: str | Path) -> int:
     """Set ``checkpoint.dirpath`` to the run's folder under ``base`` and return its number (0: ``base``).
@@ -35,6 +36,17 @@ def choose_folder(config: Namespace, base: str | Path) -> int:
         folder, number = own or run_folders.fresh_folder(base, claims=_primary())
     config.checkpoint.dirpath = str(folder)
     return number
+
+
+def resumed_note(base: str | Path, checkpoint: str) -> str | None:
+    """The line saying which run ``--ckpt_path last`` continues, where several runs share the name (``base``,
+    ``base-v1``, ...): the newest; ``None`` where there is one."""
+    found = run_folders.versions(base)
+    if len(found) < 2:
+        return None
+    earlier = ", ".join(str(folder) for _, folder in found[:-1])
+    return (f"note: --ckpt_path last resumes {checkpoint}, the newest of the {len(found)} runs named "
+            f"{Path(base).name} (earlier: {earlier}; continue one with --ckpt_path <its last.ckpt>)")
 
 
 def _primary() -> bool:
@@ -59,7 +71,10 @@ def check_checkpoint(config: Namespace, seed: int | None, method: str) -> None:
     if note:
         print(note, file=sys.stderr, flush=True)
     if path == "last":
-        return  # the run has no checkpoint yet: Lightning starts it (a first launch with --ckpt_path last)
+        if folder is None or (Path(folder) / MLFLOW_RUN_FILE).is_file():
+            return  # a launch killed before its first checkpoint: it starts again, in its own MLflow run
+        raise ConfigError(f"nothing to resume: {folder} holds no checkpoint of this run (drop --ckpt_path last to "
+                          "start it, or name a checkpoint file)")
     config.ckpt_path = path
     if config.get("weights_only") is None:
         config.weights_only = True  # tensors and plain containers only (docs/faults.md: checkpoints are code)

@@ -232,6 +232,13 @@ def config_params(tree: dict, skip: frozenset[str] | set[str] = frozenset(), pre
     return flat
 
 
+def worked_out_bounds(params: dict[str, str], goal_space) -> dict[str, str]:
+    """``params`` with ``data.goal.low``/``high`` given as ``auto`` replaced by the bounds worked out from the maze's
+    map (``goal_space``'s): what the run's metrics bin, as numbers a reader can compare between runs."""
+    found = {side: getattr(goal_space, side) for side in ("low", "high") if params.get(f"data.goal.{side}") == "auto"}
+    return {**params, **{f"data.goal.{side}": str([float(v) for v in values]) for side, values in found.items()}}
+
+
 # ---- comparisons -------------------------------------------------------------------------------
 def comparison_parent(client: mlflow.MlflowClient, experiment: str, env_id: str | None, title: str | None = None) -> str:
     """The id of the comparison's parent run in ``experiment``: the newest one there, else a new one.

@@ -37,6 +37,23 @@ def fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., object
 
 
 @pytest.fixture
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> Callable[..., tuple[int, list[str]]]:
+    """``cli(*args)``: ``python -m sun_lightning <args>`` run in this process (no interpreter start-up) in
+    ``tmp_path``; its exit code and non-empty output lines."""
+    from sun_lightning.__main__ import entry
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["sun_lightning"])  # pytest's own arguments are not the command's
+
+    def run(*args: str | Path) -> tuple[int, list[str]]:
+        code = entry([str(arg) for arg in args])
+        out = capsys.readouterr()
+        return code, [line for line in (out.err + out.out).splitlines() if line.strip()]
+
+    return run
+
+
+@pytest.fixture
 def run_cli(tmp_path: Path) -> Callable[..., tuple[int, list[str]]]:
     """``run_cli(*args, timeout=180)``: ``python -m sun_lightning <args>`` as a process in ``tmp_path`` (this
     checkout's package); its exit code and non-empty output lines."""

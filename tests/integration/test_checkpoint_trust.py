@@ -9,7 +9,6 @@ import hashlib
 import inspect
 import os
 import pickle
-import sys
 import typing
 from pathlib import Path
 
@@ -25,22 +24,6 @@ ROOT = Path(__file__).resolve().parents[2]
 THREE_ROOM = {"format": FORMAT, "version": "0.1.0", "env_id": "sun_lightning/ThreeRoom-v0",
               "learner": "sun_lightning.learners.dqn.DQNSVF", "method": "sun", "seed": 0, "frames": 800,
               "num_envs": 4, "layout": None, "model": {"lr": 0.001, "width": 64}}
-
-
-@pytest.fixture
-def cli(tmp_path, monkeypatch, capsys):
-    """The same command run in this process (no interpreter start-up): exit code and non-empty lines printed."""
-    from sun_lightning.__main__ import entry
-
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["sun_lightning"])  # pytest's own arguments are not the command's
-
-    def run(*args: str) -> tuple[int, list[str]]:
-        code = entry(list(args))
-        out = capsys.readouterr()
-        return code, [line for line in (out.err + out.out).splitlines() if line.strip()]
-
-    return run
 
 
 def _write(path: Path, payload: dict, run: dict | None = THREE_ROOM) -> Path:

@@ -131,6 +131,17 @@ def test_the_heatmap_axes_are_named_from_the_goal():
     assert GoalGrid.of("sun_lightning/PointMazeS-v0").axis_labels[0].startswith("goal dim 0 (obs[")
 
 
+def test_a_mazes_axes_are_x_and_y_unless_named():
+    pytest.importorskip("gymnasium_robotics", reason="the robotics extra (pip install -e '.[robotics]') is absent")
+    from sun_lightning.results.goal_grid import GoalGrid
+
+    CustomEnv("PointMaze_UMaze-v3", GoalConfig(low="auto", high="auto", reach=0.45), "gymnasium_robotics")
+    assert GoalGrid.of("PointMaze_UMaze-v3").axis_labels == ("x", "y")
+    assert goal_space("PointMaze_UMaze-v3").low == (-1.5, -1.5)
+    CustomEnv("PointMaze_UMaze-v3", GoalConfig(low="auto", high="auto", names=["east", "north"]), "gymnasium_robotics")
+    assert GoalGrid.of("PointMaze_UMaze-v3").axis_labels == ("east", "north")
+
+
 def test_the_async_vector_env_steps_as_the_sync_one():
     configs = GoalConfig(dims=[0, 1, 2, 3], low=[-1] * 4, high=[1] * 4)
     sync, spawned = (CustomEnv("Acrobot-v1", configs, vector=mode).make_vec(2) for mode in ("sync", "async"))
@@ -195,8 +206,8 @@ def test_a_goal_space_that_cannot_work_names_the_problem(env_id, goal, message):
     (["--data.goal.reach", "-0.5"], "error: data.goal.reach must be radius or a distance > 0 in goal units, got -0.5"),
     (["--model", "sun_lightning.learners.dqn.DQNSVF"], "error: model.class_path: DQNSVF cannot act in "
      "MountainCarContinuous-v0, which has continuous actions (a Box of 1): use sun_lightning.learners.td3.TD3SVF"),
-    (["--data.env_id", "CartPole-v1", "--data.goal", "null"], "error: data.env_id: unknown environment 'CartPole-v1' "
-     "(a gymnasium id without a goal space: give one in data.goal, see docs/custom-envs.md"),
+    (["--data.env_id", "CartPole-v1", "--data.goal", "null"], "error: data.env_id: 'CartPole-v1' is a gymnasium id "
+     "without a goal space: give one in data.goal (its dims, low, high and reach: docs/custom-envs.md)"),
     (["--data.env_package", "no_such_package"], "error: data.env_package: cannot import 'no_such_package'"),
 ])
 def test_bad_input_is_one_line_with_exit_code_2(args, message, tmp_path, monkeypatch, capsys):

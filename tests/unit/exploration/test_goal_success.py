@@ -50,6 +50,16 @@ def test_success_equals_a_hand_count_on_a_recorded_stream():
     assert stats.live.tolist() == [True, True]
 
 
+def test_a_window_where_no_goal_ended_has_no_success_rate():
+    """0 of 0 is not a success rate of 0: the metrics line and the summary leave it out."""
+    stats = CollectionStats()
+    stats.update(_step([1, 1], [0, 0], [0, 0]))  # two goals selected, none ended yet
+    window = stats.pop()
+    assert window["explore/goals/ended"] == 0.0 and "explore/goals/success" not in window
+    stats.update(_step([0, 0], [1, 0], [0, 0]))  # one reached
+    assert stats.pop()["explore/goals/success"] == 1.0
+
+
 class _EnsembleTable(TableLearner):
     """Four value tables, ``[E, B, K]`` values (the ensemble rules' input)."""
 
@@ -112,10 +122,11 @@ def test_success_lies_in_0_1_for_every_rule_and_matches_a_goal_by_goal_count(rul
         stats.update(step)
         if (t + 1) % window == 0 or t + 1 == len(steps):
             windows.append(stats.pop())
-    success = [w["explore/goals/success"] for w in windows]
+    success = [w["explore/goals/success"] for w in windows if w["explore/goals/ended"]]
     assert all(0.0 <= s <= 1.0 for s in success)
+    assert all("explore/goals/success" not in w for w in windows if not w["explore/goals/ended"])
     expected = _reference(steps, window)
-    assert [(int(w["explore/goals/ended"]), round(w["explore/goals/success"] * w["explore/goals/ended"]))
+    assert [(int(w["explore/goals/ended"]), round(w.get("explore/goals/success", 0.0) * w["explore/goals/ended"]))
             for w in windows] == expected
     ended, hits = map(sum, zip(*expected))
     assert ended >= 8 and 0 < hits < ended  # goals of every kind of end: reached and not (episodic: one an episode)

@@ -117,3 +117,46 @@ def test_a_wrong_value_in_a_config_is_reported_in_seconds(tmp_path):
     elapsed = time.perf_counter() - start
     assert proc.returncode == 2 and "data.num_envs: expected int, got 'x'" in proc.stderr, proc.stderr
     assert elapsed < 10, elapsed  # ≤ 3 s on a quiet machine (docs); generous here
+
+
+# ---- an environment given by its gymnasium id: data.goal and data.env_id ---------------------------------------
+MCC = str(ROOT / "conf/custom/mountain_car_continuous.yaml")
+GOAL_BAD = [
+    ["--data.goal.reach", "-0.5"],
+    ["--data.goal.rho", "-1"],
+    ["--data.goal.low", "[0.7, 0]"],
+    ["--data.goal.dims", "[0, 0]"],
+    ["--data.env_id", "MountainCarContinous-v0"],
+    ["--data.env_id", "CartPole-v1", "--data.goal", "null"],
+]
+
+
+@pytest.mark.parametrize("args", GOAL_BAD, ids=[" ".join(a) for a in GOAL_BAD])
+def test_a_goal_space_or_gymnasium_id_error_is_the_live_line(args, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = ["fit", "--config", MCC, *args]
+    fast = _line(lambda: precheck.check(argv))
+    assert fast is not None and fast == _live(argv), fast
+
+
+def test_a_goal_key_is_named_as_written():
+    """The live parser names a misspelt key ``data.goal.init_args.reachh``; the pre-check, which comes first, the
+    key the user wrote, in a file or on the command line."""
+    line = _line(lambda: precheck.check(["fit", "--config", MCC, "--data.goal.reachh", "0.5"]))
+    assert line == "error: unknown key 'data.goal.reachh' (did you mean data.goal.reach?)"
+    assert _line(lambda: precheck.check(["fit", "--config", MCC, "--data.goal.rho", "x"])) == \
+        "error: data.goal.rho: expected float, got 'x' (see `python -m sun_lightning fit --help`)"
+    assert _line(lambda: precheck.check(["fit", "--config", MCC, "--data.goal", "{with_action: 3}"])) == \
+        "error: data.goal.with_action: expected bool, got 3 (see `python -m sun_lightning fit --help`)"
+    # (the live parser: "data.goal.init_args.low: Given value: NestedArg(key='low', val='abc')")
+    assert _line(lambda: precheck.check(["fit", "--config", MCC, "--data.goal.low", "abc"])) == \
+        "error: data.goal.low must be a list of numbers or auto, got 'abc' (see `python -m sun_lightning fit --help`)"
+
+
+def test_the_gymnasium_id_check_imports_no_torch_and_no_mujoco():
+    code = ("import sys; from sun_lightning.run import precheck\n"
+            "try: precheck.check(['fit', '--config', %r, '--data.env_id', 'MountainCarContinous-v0'])\n"
+            "except Exception as e: print(type(e).__name__)\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'lightning', 'mujoco', 'Box2D'}))" % MCC)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["ConfigError", "[]"], out.stdout
