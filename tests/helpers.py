@@ -17,6 +17,14 @@ from sun_lightning.replay.exact_count import ExactCount
 from sun_lightning.replay.storage import GoalReplayStorage
 
 THREE_ROOM = "sun_lightning/ThreeRoom-v0"
+#: The wall-clock metrics (the logging window's speed, the run's minutes and frames/s): all a repeat may change.
+WALL_CLOCK = "perf/"
+
+
+def final_metrics(cli) -> dict[str, float]:
+    """A fitted run's final metrics (its exploration logger's), less the wall-clock ones."""
+    logger = next(cb for cb in cli.trainer.callbacks if cb.__class__.__name__ == "ExplorationLogger")
+    return {name: value for name, value in logger.final.items() if not name.startswith(WALL_CLOCK)}
 
 
 class TableLearner:

@@ -18,6 +18,7 @@ import torch
 from sun_lightning.checkpoints import integrity, safe_pickle
 from sun_lightning.domains import domain_of, domains
 from sun_lightning.errors import ConfigError
+from tests.helpers import final_metrics
 from sun_lightning.checkpoints.identity import FORMAT, FORMAT_KEY, RUN_KEY, check_fits, migrate, recorded_identity
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -281,11 +282,6 @@ def test_a_learner_refuses_a_value_outside_its_domain_at_construction(cls, key, 
 
 
 # ---- end to end (slow: real fits) ----------------------------------------------------------------------------
-def _final(cli) -> dict[str, float]:
-    logger = next(cb for cb in cli.trainer.callbacks if cb.__class__.__name__ == "ExplorationLogger")
-    return {name: value for name, value in logger.final.items() if not name.startswith("perf/")}
-
-
 @pytest.mark.slow
 def test_a_damaged_last_and_a_format_1_checkpoint_resume_to_the_uninterrupted_metrics(tmp_path, monkeypatch, capsys):
     from sun_lightning.run.cli import main
@@ -295,7 +291,7 @@ def test_a_damaged_last_and_a_format_1_checkpoint_resume_to_the_uninterrupted_me
             "--data.warmup_frames", "400", "--metrics.log_every_frames", "400", "--metrics.verbose", "false",
             "--trainer.logger", "false", "--trainer.enable_progress_bar", "false", "--checkpoint.every_frames", "400",
             "--checkpoint.keep", "10"]
-    whole = _final(main(args))
+    whole = final_metrics(main(args))
     folder = Path("checkpoints") / "ThreeRoom-sun-seed0"
     frames = sorted(folder.glob("frames=*.ckpt"))
     assert len(frames) >= 3 and all(integrity.verify(path)[0] is None for path in [*frames, folder / "last.ckpt"])
@@ -308,7 +304,7 @@ def test_a_damaged_last_and_a_format_1_checkpoint_resume_to_the_uninterrupted_me
     _cut(folder / "last.ckpt")
     _cut(frames[-1])
     capsys.readouterr()
-    resumed = _final(main([*args, "--ckpt_path", "last"]))
+    resumed = final_metrics(main([*args, "--ckpt_path", "last"]))
     notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note: ")]
     assert len(notes) == 1 and notes[0].startswith(f"note: {folder / 'last.ckpt'} is damaged (5000 bytes, ") and \
         f"{frames[-1]} is damaged (5000 bytes, " in notes[0] and notes[0].endswith(
@@ -316,4 +312,4 @@ def test_a_damaged_last_and_a_format_1_checkpoint_resume_to_the_uninterrupted_me
     assert resumed == whole
     assert all(integrity.verify(path)[0] is None for path in folder.glob("*.ckpt"))  # rewritten on the way
 
-    assert _final(main([*args, "--ckpt_path", str(legacy)])) == whole  # format 1 migrates and resumes exactly
+    assert final_metrics(main([*args, "--ckpt_path", str(legacy)])) == whole  # format 1 migrates and resumes exactly

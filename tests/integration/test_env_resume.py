@@ -12,6 +12,7 @@ import pytest
 
 from sun_lightning.checkpoints import safe_pickle
 from sun_lightning.errors import ConfigError
+from tests.helpers import final_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 QUIET = ["--metrics.verbose", "false", "--trainer.enable_progress_bar", "false", "--results.fractions", "[1.0]",
@@ -87,11 +88,6 @@ def walker_pkg(tmp_path, monkeypatch) -> Path:
     return config
 
 
-def _final(cli) -> dict[str, float]:
-    logger = next(cb for cb in cli.trainer.callbacks if cb.__class__.__name__ == "ExplorationLogger")
-    return {k: v for k, v in logger.final.items() if k != "perf/speed/frames_per_second"}
-
-
 def _resumes_exactly(tmp_path, monkeypatch, args: list[str], total: int, part: int) -> None:
     """The run of ``total`` frames, and one stopped at ``part`` then resumed with ``--ckpt_path last`` to ``total``,
     end with the same metrics; the resume did load the checkpoint's env state."""
@@ -100,7 +96,7 @@ def _resumes_exactly(tmp_path, monkeypatch, args: list[str], total: int, part: i
 
     monkeypatch.chdir(tmp_path)
     args = [*args, *QUIET, "--checkpoint.every_frames", "100", "--checkpoint.keep", "10"]
-    whole = _final(main([*args, "--data.total_frames", str(total), "--checkpoint.dirpath", "whole"]))
+    whole = final_metrics(main([*args, "--data.total_frames", str(total), "--checkpoint.dirpath", "whole"]))
     main([*args, "--data.total_frames", str(part), "--checkpoint.dirpath", "part"])
     loaded = []
     load = state.load_env_state
@@ -108,7 +104,7 @@ def _resumes_exactly(tmp_path, monkeypatch, args: list[str], total: int, part: i
                         lambda env, blob: (loaded.append(len(blob)), load(env, blob)))
     resumed = main([*args, "--data.total_frames", str(total), "--checkpoint.dirpath", "part", "--ckpt_path", "last"])
     assert resumed.datamodule.frames == total and len(loaded) == 1
-    assert _final(resumed) == whole
+    assert final_metrics(resumed) == whole
 
 
 def test_a_run_of_a_users_own_package_resumes_to_the_uninterrupted_metrics(walker_pkg, tmp_path, monkeypatch):

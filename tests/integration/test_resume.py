@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from sun_lightning.run.cli import main
+from tests.helpers import final_metrics
 from sun_lightning.methods import method_args
 
 ROOT = Path(__file__).resolve().parents[2]
-SPEED = "perf/"  # wall-clock (window speed, the run's minutes and frames/s), the metrics that may differ
 
 
 def _args(config: str, total: int, warmup: int, every: int, *extra: str) -> list[str]:
@@ -27,11 +27,6 @@ def _args(config: str, total: int, warmup: int, every: int, *extra: str) -> list
             "--data.warmup_frames", str(warmup), "--metrics.log_every_frames", str(every), "--metrics.verbose", "false",
             "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
             "--checkpoint.every_frames", str(every), "--checkpoint.keep", "10", *extra]
-
-
-def _final(cli) -> dict[str, float]:
-    logger = next(cb for cb in cli.trainer.callbacks if cb.__class__.__name__ == "ExplorationLogger")
-    return {name: value for name, value in logger.final.items() if not name.startswith(SPEED)}
 
 
 def _kill_after(args: list[str], checkpoint: Path, cwd: Path, timeout: float = 900) -> None:
@@ -62,7 +57,7 @@ def test_killed_run_resumes_to_the_same_metrics(config, method, tmp_path, monkey
     period = 400 if config == "cart_pole.yaml" else 200  # CartPole's learner needs a longer warm-up
     total = 4 * period
     args = _args(config, total, period, period, *method_args(method))  # total, warm-up, period
-    whole = _final(main(args))
+    whole = final_metrics(main(args))
     name = {"three_room.yaml": "ThreeRoom", "cart_pole.yaml": "CartPole"}[config] + f"-{method}-seed0"
     folder = tmp_path / "checkpoints" / name
     names = sorted(p.name for p in folder.glob("*.ckpt"))
@@ -82,7 +77,7 @@ def test_killed_run_resumes_to_the_same_metrics(config, method, tmp_path, monkey
     load = ExplorationDataModule.load_state_dict
     monkeypatch.setattr(ExplorationDataModule, "load_state_dict",
                         lambda self, state: (restored.append(state["frames"]), load(self, state)))
-    resumed = _final(main([*args, "--ckpt_path", "last"]))
+    resumed = final_metrics(main([*args, "--ckpt_path", "last"]))
     assert restored == [saved["ExplorationDataModule"]["frames"]]  # it did resume, from the last checkpoint
     assert resumed == whole
 
@@ -137,7 +132,7 @@ def test_a_checkpoint_written_by_this_version_resumes(tmp_path, monkeypatch):
     assert cli.datamodule.frames == 1000 and cli.model.updates == 400  # one update per frame after the warm-up
     kept = saved["ExplorationDataModule"]
     assert kept["frames"] == 800
-    final = _final(cli)
+    final = final_metrics(cli)
     assert 0 < final["explore/visits/coverage"] <= 1 and math.isfinite(final["train/loss/td"])
 
 
@@ -171,5 +166,5 @@ def test_a_td3_checkpoint_from_before_the_bootstrap_actor_follows_resumes(tmp_pa
     model = cli.model
     gap = max(float((t - p).abs().max()) for t, p in zip(model.actor_target.parameters(), model.actor.parameters()))
     assert gap < 0.1 * old_gap  # it was the near-initial slow copy; now one actor step behind
-    final = _final(cli)
+    final = final_metrics(cli)
     assert 0 < final["explore/visits/coverage"] <= 1 and math.isfinite(final["train/loss/td"])

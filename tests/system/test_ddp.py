@@ -25,10 +25,10 @@ from sun_lightning.exploration.distributed import gather_step, mean_over_ranks
 from sun_lightning.envs.registry import goal_space
 from sun_lightning.replay.storage import STORED_KEYS, GoalReplayStorage
 from sun_lightning.exploration.state import recount
+from tests.helpers import WALL_CLOCK
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ROOT / "tests" / "system" / "ddp"
-SPEED = "perf/speed/frames_per_second"  # wall-clock, the one metric that may differ
 DDP = ("--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu")
 
 
@@ -132,7 +132,7 @@ def test_two_processes_on_the_point_maze_repeat_exactly(tmp_path):
                                                              "--trainer.logger", "false")))
     _assert_one_agent(runs[0], "sun_lightning/PointMazeS-v0", 1600)
     for first, second in zip(*runs):
-        strip = lambda final: {name: value for name, value in final.items() if name != SPEED}  # noqa: E731
+        strip = lambda final: {name: value for name, value in final.items() if not name.startswith(WALL_CLOCK)}  # noqa: E731
         assert strip(first["final"]) == strip(second["final"])
         for name, value in first["params"].items():
             assert torch.equal(value, second["params"][name]), name
@@ -160,7 +160,8 @@ def test_killed_ddp_run_resumes_to_the_same_metrics(tmp_path):
     resumed = _fit(cut, "probe", _command(*args, "--ckpt_path", "last"))
     for a, b in zip(whole, resumed):
         if a["rank"] == 0:
-            assert {k: v for k, v in a["final"].items() if k != SPEED} == {k: v for k, v in b["final"].items() if k != SPEED}
+            assert ({k: v for k, v in a["final"].items() if not k.startswith(WALL_CLOCK)}
+                    == {k: v for k, v in b["final"].items() if not k.startswith(WALL_CLOCK)})
         for name, value in a["params"].items():
             assert torch.equal(value, b["params"][name]), name
         assert torch.equal(a["counts"], b["counts"])
