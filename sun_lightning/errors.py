@@ -45,6 +45,14 @@ def no_goal_space(env_id: str) -> str:
             "high and reach: docs/custom-envs.md)")
 
 
+def unknown_environment(env_id: str, registered: Iterable[str]) -> str:
+    """The line for a package id (``sun_lightning/...``) nobody registered: the pre-check's and the live check's."""
+    registered = sorted(registered)
+    close = difflib.get_close_matches(env_id, registered, n=1, cutoff=0.5)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return f"data.env_id: unknown environment {env_id!r} ({hint}registered: {', '.join(registered)})"
+
+
 def suggest(name: str, options: Iterable[str]) -> str | None:
     """The valid option closest to a mistyped one (``--data.total_framez`` → ``--data.total_frames``)."""
     options = list(options)

@@ -8,7 +8,6 @@ environment, not in the trainer.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -17,7 +16,7 @@ import gymnasium
 import numpy as np
 import torch
 
-from sun_lightning.errors import ConfigError, no_goal_space
+from sun_lightning.errors import ConfigError, no_goal_space, unknown_environment
 
 NAMESPACE = "sun_lightning"
 
@@ -182,6 +181,4 @@ def goal_space(env_id: str) -> GoalSpace:
     except KeyError:
         if env_id in gymnasium.registry and not env_id.startswith(NAMESPACE + "/"):
             raise ConfigError(no_goal_space(env_id)) from None
-        close = difflib.get_close_matches(env_id, env_ids(), n=1, cutoff=0.5)
-        hint = f"did you mean {close[0]}? " if close else ""
-        raise ConfigError(f"data.env_id: unknown environment {env_id!r} ({hint}registered: {', '.join(env_ids())})") from None
+        raise ConfigError(unknown_environment(env_id, env_ids())) from None

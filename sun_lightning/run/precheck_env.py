@@ -5,8 +5,8 @@ The keys are :class:`~sun_lightning.envs.custom.GoalConfig`'s fields, read from 
 the live check (:mod:`sun_lightning.envs.custom`) gives, the key named as the user wrote it (``data.goal.reach``,
 never the parser's ``data.goal.init_args.reach``). What needs the env itself (dims against its observation, ``auto``
 bounds against its maze, actions against the learner) stays with the live check. The id is looked up only where
-gymnasium alone can know it: not a package id (``sun_lightning/...``, a ``data.layout``), nor one a package
-registers (``data.env_package``, ``module:Id``), whose import may pull in MuJoCo.
+gymnasium alone can know it, or the package's own list (``sun_lightning/...``: :data:`PACKAGE_IDS`): not a gridworld
+of ``data.layout``, nor one a package registers (``data.env_package``, ``module:Id``), whose import may pull in MuJoCo.
 """
 
 from __future__ import annotations
@@ -15,11 +15,16 @@ import ast
 import difflib
 import math
 
-from sun_lightning.errors import HELP_HINT, ConfigError, no_goal_space
+from sun_lightning.errors import HELP_HINT, ConfigError, no_goal_space, unknown_environment
 
 #: Where the goal space's fields are declared (a dataclass: its annotated class attributes).
 GOAL_CLASS = ("sun_lightning.envs.custom", "GoalConfig")
 NAMESPACE = "sun_lightning/"
+#: The package's own environments (SPEC §6), known here without importing their modules (torch, MuJoCo, Box2D);
+#: ``tests/unit/run/test_precheck.py`` holds this list to the registry.
+PACKAGE_IDS = tuple(f"{NAMESPACE}{name}-v0" for name in (
+    "Acrobot", "AntMazeH", "AntMazeS", "ArmPushH", "CartPole", "FourRoomStuck", "GridMaze", "LunarLander",
+    "LunarLanderFull", "MountainCar", "Pendulum", "PointMazeH", "PointMazeS", "ThreeRoom"))
 
 
 def goal_keys(find_class) -> list[str] | None:
@@ -81,8 +86,11 @@ def check_env_id(values: dict) -> None:
     """``data.env_id`` against gymnasium's registry where gymnasium alone knows it (see the module docstring), and a
     gymnasium id without ``data.goal`` named as such."""
     env_id = values.get("data.env_id")
-    if (not isinstance(env_id, str) or env_id.startswith(NAMESPACE) or ":" in env_id or values.get("data.env_package")
-            or values.get("data.layout")):
+    if not isinstance(env_id, str) or ":" in env_id or values.get("data.env_package") or values.get("data.layout"):
+        return
+    if env_id.startswith(NAMESPACE):  # with data.goal, an id gymnasium is asked for (after the package's import)
+        if env_id not in PACKAGE_IDS and values.get("data.goal") is None:
+            raise ConfigError(unknown_environment(env_id, PACKAGE_IDS))
         return
     import gymnasium  # its registry names every id it ships, without importing their modules (no MuJoCo, no Box2D)
 

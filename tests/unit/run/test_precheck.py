@@ -48,6 +48,8 @@ BAD = [
     ["fit", "--config", THREE_ROOM, "--model.init_args.gamma", "1.5"],
     ["fit", "--config", THREE_ROOM, "--checkpoint.every_frames", "0"],
     ["fit", "--config", THREE_ROOM, "--trainer.max_epochz", "3"],
+    ["fit", "--config", THREE_ROOM, "--data.env_id", "sun_lightning/ThreeRoomm-v0"],
+    ["fit", "--config", THREE_ROOM, "--data.env_id", "sun_lightning/Nothing-v0"],
     ["fit", "--config", POINT_MAZE, "--model.init_args.critic_tau", "0"],
     ["fit", "--config", POINT_MAZE, "--data.rho", "-1"],
     ["fit", "--config", POINT_MAZE, "--checkpoint.keep", "many"],
@@ -160,3 +162,14 @@ def test_the_gymnasium_id_check_imports_no_torch_and_no_mujoco():
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'lightning', 'mujoco', 'Box2D'}))" % MCC)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.split() == ["ConfigError", "[]"], out.stdout
+
+
+def test_the_package_ids_the_pre_check_knows_are_the_registered_ones():
+    import gymnasium
+
+    import sun_lightning.envs  # noqa: F401
+
+    from sun_lightning.envs.registry import env_ids
+    from sun_lightning.run.precheck_env import PACKAGE_IDS
+
+    assert sorted(PACKAGE_IDS) == env_ids() == sorted(i for i in gymnasium.registry if i.startswith("sun_lightning/"))
