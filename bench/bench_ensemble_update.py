@@ -61,23 +61,17 @@ def measure(env_id: str, updates: int, threads: int) -> dict[str, float]:
         torch.manual_seed(0)
         learner = cls(space, backend=backend)
         opt = learner.configure_optimizers()
+        # the learner's own update, outside a Trainer: its optimizer as configured, a plain backward
+        learner.optimizers = lambda opt=opt: opt
+        learner.manual_backward = lambda loss, **kwargs: loss.backward(**kwargs)
         sampler = learner.make_sampler()
         count = learner.batches_per_update
         batches = [sampler.sample(storage, scale, count=count if count > 1 else None) for _ in range(updates + 3)]
-
-        def step(batch) -> None:
-            loss, _ = learner.loss(batch)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            learner.clip_gradients(opt, learner.hparams.grad_clip, "norm")
-            opt.step()
-            learner.target_update()
-
         for batch in batches[:3]:
-            step(batch)
+            learner.update(batch)
         start = time.perf_counter()
         for batch in batches[3:]:
-            step(batch)
+            learner.update(batch)
         out[name] = (time.perf_counter() - start) / updates * 1e3
     return out
 

@@ -113,19 +113,25 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
 FIXTURE = ROOT / "tests" / "data" / "three_room_sun_800.ckpt.gz"
 
 
-def test_a_checkpoint_written_by_this_version_resumes(tmp_path, monkeypatch):
-    """A checkpoint kept from this version (ThreeRoom, SUN, 800 frames: ``tests/data``) resumes and continues: a
-    move of the modules whose classes it names must keep it loadable."""
+def _unpack(fixture: Path, root: Path, run: str, frames: int) -> Path:
+    """A kept checkpoint (gzipped) and its integrity record laid out as ``run``'s checkpoint at ``frames``."""
     import gzip
     import shutil
 
-    monkeypatch.chdir(tmp_path)
-    folder = tmp_path / "checkpoints" / "ThreeRoom-sun-seed0"
+    folder = root / "checkpoints" / run
     folder.mkdir(parents=True)
-    path = folder / "frames=000000800.ckpt"
-    with gzip.open(FIXTURE) as source, open(path, "wb") as target:
+    path = folder / f"frames={frames:09d}.ckpt"
+    with gzip.open(fixture) as source, open(path, "wb") as target:
         shutil.copyfileobj(source, target)
-    shutil.copy(FIXTURE.with_suffix("").with_suffix(".ckpt.json"), folder / "frames=000000800.ckpt.json")
+    shutil.copy(fixture.with_suffix("").with_suffix(".ckpt.json"), path.with_name(path.name + ".json"))
+    return path
+
+
+def test_a_checkpoint_written_by_this_version_resumes(tmp_path, monkeypatch):
+    """A checkpoint kept from this version (ThreeRoom, SUN, 800 frames: ``tests/data``) resumes and continues: a
+    move of the modules whose classes it names must keep it loadable."""
+    monkeypatch.chdir(tmp_path)
+    path = _unpack(FIXTURE, tmp_path, "ThreeRoom-sun-seed0", 800)
     saved = torch.load(path, weights_only=False, map_location="cpu")
     args = _args("three_room.yaml", 1000, 600, 200, "--data.num_envs", "2", "--checkpoint.every_frames", "400")
     cli = main([*args, "--ckpt_path", str(path)])
@@ -145,16 +151,8 @@ def test_a_td3_checkpoint_from_before_the_bootstrap_actor_follows_resumes(tmp_pa
     """A PointMaze-S checkpoint (400 frames, small networks) written when the TD3 target actor still moved by an
     ``actor_tau`` of 5e-7 resumes under the command that wrote it: the setting that is gone is no difference, and
     from the first actor step on the bootstrap actor follows the online actor."""
-    import gzip
-    import shutil
-
     monkeypatch.chdir(tmp_path)
-    folder = tmp_path / "checkpoints" / "PointMazeS-sun-seed0"
-    folder.mkdir(parents=True)
-    path = folder / "frames=000000400.ckpt"
-    with gzip.open(TD3_FIXTURE) as source, open(path, "wb") as target:
-        shutil.copyfileobj(source, target)
-    shutil.copy(TD3_FIXTURE.with_suffix("").with_suffix(".ckpt.json"), folder / "frames=000000400.ckpt.json")
+    path = _unpack(TD3_FIXTURE, tmp_path, "PointMazeS-sun-seed0", 400)
     saved = torch.load(path, weights_only=False, map_location="cpu")
     assert saved["hyper_parameters"]["actor_tau"] == 5e-7
     weights = saved["state_dict"]
