@@ -3,7 +3,7 @@
 
 Every kind a user can make in ``data``, ``model``, ``trainer`` and the callback groups is tried once (docs/faults.md
 lists them). Those the pre-check tells (:mod:`sun_lightning.run.precheck`) come in well under 2 s on a quiet 2-core
-machine; those left to the live parser need its imports (torch, Lightning, MuJoCo: 10 s and more). The machine is
+machine; any left to the live parser would need its imports (torch, Lightning, MuJoCo: 10 s and more). The machine is
 shared: each command is timed ``--repeat`` times and the fastest kept.
 
     python bench/bench_config_errors.py              # every kind, fastest of 2

@@ -45,6 +45,18 @@ def no_goal_space(env_id: str) -> str:
             "high and reach: docs/custom-envs.md)")
 
 
+#: The learner to name for each kind of actions (discrete: the DQN variant, SPEC §5a; a Box: the TD3 variant, §5b).
+LEARNER_FOR = {True: "sun_lightning.learners.dqn.DQNSVF", False: "sun_lightning.learners.td3.TD3SVF"}
+
+
+def cannot_act(learner: str, env_id: str, discrete: bool, size: int) -> str:
+    """The line for a learner of the other family than ``env_id``'s actions (``size``: the number of discrete
+    actions, or the Box's dimension): the pre-check's and the live check's."""
+    actions = f"{size} discrete actions" if discrete else f"continuous actions (a Box of {size})"
+    return (f"model.class_path: {learner} cannot act in {env_id}, which has {actions}: use {LEARNER_FOR[discrete]} "
+            "(or its ensemble)")
+
+
 def unknown_environment(env_id: str, registered: Iterable[str]) -> str:
     """The line for a package id (``sun_lightning/...``) nobody registered: the pre-check's and the live check's."""
     registered = sorted(registered)

@@ -20,6 +20,7 @@ LEVELS: dict[str, tuple[int, str]] = {
     "_moved": (0, "the earlier module names, resolved to where the code lives now"),
     "keys": (0, "TensorDict keys, the one list"),
     "errors": (0, "the one-line errors and how they are reported"),
+    "envconfig": (1, "what a config says of an env before it is built: gridworld maps, data.goal (no torch)"),
     "domains": (1, "the annotated domains of config values (positive ints, probabilities)"),
     "methods": (1, "the methods table: a method name → its config"),
     "losses": (1, "TD(λ) returns and losses, pure tensor functions (SPEC §5)"),

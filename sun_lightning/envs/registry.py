@@ -16,9 +16,8 @@ import gymnasium
 import numpy as np
 import torch
 
+from sun_lightning.envconfig.layout import NAMESPACE
 from sun_lightning.errors import ConfigError, no_goal_space, unknown_environment
-
-NAMESPACE = "sun_lightning"
 
 ReachRule = Literal["exact", "radius", "distance"]
 

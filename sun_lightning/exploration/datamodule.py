@@ -21,7 +21,8 @@ from torch.utils.data import DataLoader, IterableDataset
 
 import sun_lightning.envs  # noqa: F401  (registers the environments)
 from sun_lightning.domains import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, check_arguments
-from sun_lightning.envs.custom import GoalConfig, custom_env
+from sun_lightning.envconfig.goal import GoalConfig
+from sun_lightning.envs.custom import custom_env
 from sun_lightning.envs.gridworlds import register_layout
 from sun_lightning.envs.registry import goal_space
 from sun_lightning.errors import ConfigError
@@ -61,7 +62,7 @@ class ExplorationDataModule(pl.LightningDataModule):
             rule keeps the environment's. ``None``: the environment's.
         layout: a gridworld's map in SPEC §6's symbols (``W`` wall, ``.`` free, ``Q`` random move, ``S`` start,
             ``G`` terminal, one line per row, tiles separated by spaces), checked and registered under ``env_id``
-            (:func:`~sun_lightning.envs.gridworlds.parse_layout`: 4 actions, horizon 200, ``G`` ends an episode
+            (:func:`~sun_lightning.envconfig.layout.parse_layout`: 4 actions, horizon 200, ``G`` ends an episode
             on entry); ``None``: ``env_id`` is an environment of the package.
         goal: the goal space of ``env_id`` as any id :func:`gymnasium.make` knows (
             :class:`~sun_lightning.envs.custom.GoalConfig`, docs/custom-envs.md); ``None``: a registered id.

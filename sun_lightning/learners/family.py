@@ -6,12 +6,9 @@ from __future__ import annotations
 import importlib
 
 from sun_lightning.envs.registry import GoalSpace
-from sun_lightning.errors import ConfigError
+from sun_lightning.errors import ConfigError, cannot_act
 from sun_lightning.learners.dqn import DQNSVF
 from sun_lightning.learners.td3 import TD3SVF
-
-#: The learner to name for each kind of actions (discrete: the DQN variant).
-LEARNER_FOR = {True: "sun_lightning.learners.dqn.DQNSVF", False: "sun_lightning.learners.td3.TD3SVF"}
 
 
 def check_family(class_path: str, space: GoalSpace, env_id: str) -> None:
@@ -27,6 +24,5 @@ def check_family(class_path: str, space: GoalSpace, env_id: str) -> None:
     families = {True: DQNSVF, False: TD3SVF}
     wrong = isinstance(learner, type) and issubclass(learner, families[not space.discrete])
     if wrong:
-        actions = f"{space.num_actions} discrete actions" if space.discrete else f"continuous actions (a Box of {space.action_dim})"
-        raise ConfigError(f"model.class_path: {name} cannot act in {env_id}, which has {actions}: use "
-                          f"{LEARNER_FOR[space.discrete]} (or its ensemble)")
+        size = space.num_actions if space.discrete else space.action_dim
+        raise ConfigError(cannot_act(name, env_id, space.discrete, size))

@@ -13,7 +13,7 @@ import gymnasium
 import numpy as np
 import torch
 
-from sun_lightning.envs.gridworlds import DOWN, LAYOUTS, UP
+from sun_lightning.envconfig.layout import DOWN, LAYOUTS, UP
 from sun_lightning.envs.registry import GoalSpace, goal_space
 from sun_lightning.metrics.coverage import binned_cells
 from sun_lightning.results.walls import Rect, wall_rectangles

@@ -6,8 +6,9 @@ importing them, merges the config files and overrides the way the parser does, a
 parser would raise, with the same one line (:mod:`sun_lightning.errors`): an unknown subcommand, a missing or
 malformed config file, an unknown key of ``data``, ``model.init_args``, ``trainer`` and the callback groups, a
 word where a number belongs, a value outside its annotated domain (:mod:`sun_lightning.domains`), a run
-too short to learn, and for an env given by its gymnasium id ``data.goal``'s keys, types and domains and the id
-itself against gymnasium's registry (:mod:`sun_lightning.run.precheck_env`). Anything it cannot judge for certain (a class it cannot read, a nested object, a union
+too short to learn, a learner of the other family than the env's actions, and the environment's part
+(:mod:`sun_lightning.run.precheck_env`: ``data.goal``, the id against gymnasium's registry, ``data.layout``, goal dims
+against the observation). Anything it cannot judge for certain (a class it cannot read, a nested object, a union
 type) it leaves to the live parser, which still checks everything: this is a fast path, never a second set of
 rules. ``tests/unit/run/test_precheck.py`` holds both to the same lines.
 """
@@ -26,7 +27,7 @@ import yaml
 
 from sun_lightning import domains
 from sun_lightning._moved import new_name
-from sun_lightning.errors import HELP_HINT, ConfigError, UsageError, check_config_files, suggest
+from sun_lightning.errors import HELP_HINT, ConfigError, UsageError, cannot_act, check_config_files, suggest
 from sun_lightning.run import precheck_env
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
@@ -39,6 +40,9 @@ GROUPS = {"trainer": "lightning.pytorch.trainer.trainer.Trainer",
           "eval": "sun_lightning.callbacks.evaluation.GoalEvaluation", "results": "sun_lightning.callbacks.results.ResultsLogger"}
 #: The order in which the CLI checks the groups' domains (``SUNCLI.before_instantiate_classes``).
 DOMAIN_ORDER = ("model", "data", "checkpoint", "metrics", "results", "progress")
+#: The learner families' root classes and the actions each takes (discrete: True), as
+#: :func:`sun_lightning.learners.family.check_family` tells them apart.
+FAMILY_ROOTS = {("sun_lightning.learners.dqn", "DQNSVF"): True, ("sun_lightning.learners.td3", "TD3SVF"): False}
 _MISSING = object()
 _NUMBER = {"int": int, "float": float}
 
@@ -221,6 +225,9 @@ def check(argv: list[str]) -> None:
     _check_budget(known, values)
     _check_goal(values)
     precheck_env.check_env_id(values)
+    precheck_env.check_layout(values)
+    precheck_env.check_spaces(values)
+    _check_family(model_path, values)
 
 
 def _accept(known: _Known, key: str, value, values: dict, model_path, from_file: bool, raw: str | None = None):
@@ -337,6 +344,34 @@ def _check_domains(known: _Known, values: dict, model_path: str | None) -> None:
             if _base_type(param.annotation) == "float":
                 value = float(value)  # the parser casts an int given for a float argument
             raise ConfigError(f"{prefix}{name} must be {domain}, got {value!r}")
+
+
+def _family(class_path: str, depth: int = 0) -> bool | None:
+    """Whether the learner ``class_path`` acts in discrete actions (a subclass of the DQN root), in a Box (of the TD3
+    root), or ``None`` where its classes cannot be read."""
+    module, _, name = class_path.rpartition(".")
+    found = _find_class(module, name) if module and depth < 6 else None
+    if found is None:
+        return None
+    module, node = found
+    if (module, node.name) in FAMILY_ROOTS:
+        return FAMILY_ROOTS[module, node.name]
+    for base in node.bases:
+        path = _base_path(module, base)
+        family = _family(path, depth + 1) if path else None
+        if family is not None:
+            return family
+    return None
+
+
+def _check_family(model_path: str | None, values: dict) -> None:
+    """The live check of :mod:`sun_lightning.learners.family`: a learner of the other family than the env's actions."""
+    if not isinstance(model_path, str):
+        return
+    family = _family(model_path)
+    actions = precheck_env.actions_of(values) if family is not None else None
+    if actions is not None and family != actions[0]:
+        raise ConfigError(cannot_act(model_path.rpartition(".")[2], values["data.env_id"], *actions))
 
 
 def _check_budget(known: _Known, values: dict) -> None:

@@ -1,12 +1,14 @@
-"""The pre-check's part for an environment given by its gymnasium id: ``data.goal`` (its keys, their types and
-domains) and ``data.env_id`` against gymnasium's registry, before torch, Lightning or MuJoCo are imported.
+"""The pre-check's part for the environment, before torch, Lightning or MuJoCo are imported: ``data.goal`` (its
+keys, their types and domains), ``data.env_id`` against gymnasium's registry, ``data.layout``, the goal dims against a
+gymnasium env's observation, and the env's actions for the learner's family.
 
-The keys are :class:`~sun_lightning.envs.custom.GoalConfig`'s fields, read from its source; each error is the line
-the live check (:mod:`sun_lightning.envs.custom`) gives, the key named as the user wrote it (``data.goal.reach``,
-never the parser's ``data.goal.init_args.reach``). What needs the env itself (dims against its observation, ``auto``
-bounds against its maze, actions against the learner) stays with the live check. The id is looked up only where
-gymnasium alone can know it, or the package's own list (``sun_lightning/...``: :data:`PACKAGE_IDS`): not a gridworld
-of ``data.layout``, nor one a package registers (``data.env_package``, ``module:Id``), whose import may pull in MuJoCo.
+The keys are :class:`~sun_lightning.envconfig.goal.GoalConfig`'s fields, read from its source; each error is the line
+the live check gives, from the same code where it can run without torch (:mod:`sun_lightning.envconfig`), the key
+named as the user wrote it (``data.goal.reach``, never the parser's ``data.goal.init_args.reach``). The id is looked
+up where gymnasium alone can know it, or in the package's own table (``sun_lightning/...``: :data:`PACKAGE_ACTIONS`);
+not one a package registers (``data.env_package``, ``module:Id``): importing a user's package is the live check's.
+A gymnasium id with ``data.goal`` is made once (``gymnasium.make``) for its spaces; what cannot be made, and
+``auto`` bounds against a maze, stay with the live check.
 """
 
 from __future__ import annotations
@@ -18,13 +20,17 @@ import math
 from sun_lightning.errors import HELP_HINT, ConfigError, no_goal_space, unknown_environment
 
 #: Where the goal space's fields are declared (a dataclass: its annotated class attributes).
-GOAL_CLASS = ("sun_lightning.envs.custom", "GoalConfig")
+GOAL_CLASS = ("sun_lightning.envconfig.goal", "GoalConfig")
 NAMESPACE = "sun_lightning/"
-#: The package's own environments (SPEC §6), known here without importing their modules (torch, MuJoCo, Box2D);
-#: ``tests/unit/run/test_precheck.py`` holds this list to the registry.
-PACKAGE_IDS = tuple(f"{NAMESPACE}{name}-v0" for name in (
-    "Acrobot", "AntMazeH", "AntMazeS", "ArmPushH", "CartPole", "FourRoomStuck", "GridMaze", "LunarLander",
-    "LunarLanderFull", "MountainCar", "Pendulum", "PointMazeH", "PointMazeS", "ThreeRoom"))
+#: The package's own environments (SPEC §6) and their actions (discrete, and how many; or a Box, and its
+#: dimension), known here without importing their modules (torch, MuJoCo, Box2D); ``tests/unit/run/test_precheck.py``
+#: holds this table to the registry.
+PACKAGE_ACTIONS = {f"{NAMESPACE}{name}-v0": actions for name, actions in {
+    "Acrobot": (True, 3), "AntMazeH": (False, 8), "AntMazeS": (False, 8), "ArmPushH": (False, 5),
+    "CartPole": (True, 2), "FourRoomStuck": (True, 4), "GridMaze": (True, 9), "LunarLander": (True, 4),
+    "LunarLanderFull": (True, 4), "MountainCar": (True, 3), "Pendulum": (True, 8), "PointMazeH": (False, 4),
+    "PointMazeS": (False, 2), "ThreeRoom": (True, 4)}.items()}
+PACKAGE_IDS = tuple(PACKAGE_ACTIONS)
 
 
 def goal_keys(find_class) -> list[str] | None:
@@ -101,3 +107,69 @@ def check_env_id(values: dict) -> None:
                           "imported with data.env_package)")
     if values.get("data.goal") is None:
         raise ConfigError(no_goal_space(env_id))
+
+
+def check_layout(values: dict) -> None:
+    """``data.layout`` parsed and its id checked as :func:`~sun_lightning.envs.gridworlds.register_layout` does
+    (numpy only: a tenth of a second)."""
+    layout, env_id = values.get("data.layout"), values.get("data.env_id")
+    if not isinstance(layout, str) or not isinstance(env_id, str):
+        return
+    from sun_lightning.envconfig.layout import layout_name, parse_layout
+
+    parse_layout(layout, name=layout_name(env_id, PACKAGE_IDS))
+
+
+def actions_of(values: dict) -> tuple[bool, int] | None:
+    """The env's actions as ``(discrete, size)`` where they can be known before torch: a package id from
+    :data:`PACKAGE_ACTIONS`, a gridworld of ``data.layout`` (4 actions), a gymnasium id with ``data.goal`` from the
+    env gymnasium makes (after :func:`check_spaces`); ``None`` otherwise (left to the live check)."""
+    env_id = values.get("data.env_id")
+    if not isinstance(env_id, str) or values.get("data.env_package") or ":" in env_id:
+        return None
+    if isinstance(values.get("data.layout"), str):
+        return True, 4
+    if values.get("data.goal") is None:
+        return PACKAGE_ACTIONS.get(env_id)
+    return _spaces(env_id)[1]
+
+
+def check_spaces(values: dict) -> None:
+    """``data.goal.dims`` against the observation of a gymnasium id given with ``data.goal``
+    (:func:`~sun_lightning.envconfig.goal.goal_dims_of`, the live check's rule)."""
+    env_id, goal = values.get("data.env_id"), values.get("data.goal")
+    if (not isinstance(env_id, str) or not isinstance(goal, dict) or values.get("data.env_package") or ":" in env_id
+            or env_id.startswith(NAMESPACE)):
+        return
+    observation_space = _spaces(env_id)[0]
+    if observation_space is not None:
+        from sun_lightning.envconfig.goal import goal_dims_of
+
+        goal_dims_of(env_id, goal.get("dims"), observation_space)
+
+
+_SPACES: dict[str, tuple] = {}
+
+
+def _spaces(env_id: str) -> tuple:
+    """The observation space and ``(discrete, size)`` actions of a gymnasium id, from the env it makes (MuJoCo's
+    ids import MuJoCo: half a second); ``(None, None)`` where making it fails (the live check says why) or the
+    actions are neither Discrete nor a 1-d Box."""
+    if env_id not in _SPACES:
+        import gymnasium
+
+        try:
+            env = gymnasium.make(env_id)
+        except Exception:  # noqa: BLE001 - whatever stops the env is the live check's to report
+            _SPACES[env_id] = None, None
+            return _SPACES[env_id]
+        action = env.action_space
+        env.close()
+        if isinstance(action, gymnasium.spaces.Discrete) and action.start == 0:
+            actions = True, int(action.n)
+        elif isinstance(action, gymnasium.spaces.Box) and len(action.shape) == 1:
+            actions = False, int(action.shape[0])
+        else:
+            actions = None
+        _SPACES[env_id] = env.observation_space, actions
+    return _SPACES[env_id]

@@ -9,7 +9,7 @@ import pytest
 
 from sun_lightning import keys
 from sun_lightning.run.cli import main
-from sun_lightning.envs.gridworlds import LAYOUTS
+from sun_lightning.envconfig.layout import LAYOUTS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ import torch
 import sun_lightning.envs  # noqa: F401
 from sun_lightning.envs import ant_maze, point_maze
 from sun_lightning.envs.eval_goals import eval_goals
-from sun_lightning.envs.gridworlds import LAYOUTS
+from sun_lightning.envconfig.layout import LAYOUTS
 from sun_lightning.envs.registry import env_ids, goal_space
 from sun_lightning.metrics.evaluation import GoalEvaluator
 

@@ -13,7 +13,8 @@ import pytest
 
 from sun_lightning.run.cli import main
 from sun_lightning.exploration.datamodule import ExplorationDataModule
-from sun_lightning.envs.gridworlds import GRID_MAZE, LAYOUTS, THREE_ROOM, parse_layout, register_layout
+from sun_lightning.envs.gridworlds import register_layout
+from sun_lightning.envconfig.layout import GRID_MAZE, LAYOUTS, THREE_ROOM, parse_layout
 from sun_lightning.envs.registry import goal_space
 from sun_lightning.errors import ConfigError
 from sun_lightning.results.snapshot import HeatmapSnapshot

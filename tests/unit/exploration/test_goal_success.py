@@ -10,7 +10,7 @@ from tensordict import TensorDict
 from tests.helpers import THREE_ROOM, TableLearner, filled_storage, goal_env
 from sun_lightning import keys
 from sun_lightning.exploration.stats import CollectionStats, flat_step as _flat_step
-from sun_lightning.envs.gridworlds import LAYOUTS
+from sun_lightning.envconfig.layout import LAYOUTS
 from sun_lightning.goals.ensemble import DISCOVER, AdaGoal
 from sun_lightning.goals.sun import SUNAdaptive, SUNPerStep
 from sun_lightning.goals.variants import NoveltyOnly, ReachabilityOnly, SUNAdditive, SUNEpisodic

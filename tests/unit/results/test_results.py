@@ -11,7 +11,7 @@ from tensordict import TensorDict
 
 from tests.helpers import THREE_ROOM, TableLearner, filled_storage, one_hot
 from sun_lightning import keys
-from sun_lightning.envs.gridworlds import LAYOUTS
+from sun_lightning.envconfig.layout import LAYOUTS
 from sun_lightning.envs.registry import goal_space
 from sun_lightning.goals import SUNAdaptive
 from sun_lightning.metrics.auc import curve_auc

@@ -55,6 +55,12 @@ BAD = [
     ["fit", "--config", POINT_MAZE, "--checkpoint.keep", "many"],
     ["fitt"],
     ["fit", "--config", "nope.yaml"],
+    ["fit", "--config", THREE_ROOM, "--data.env_id", "sun_lightning/Tiny-v0", "--data.layout", "S . X"],
+    ["fit", "--config", THREE_ROOM, "--data.env_id", "sun_lightning/Tiny-v0", "--data.layout", ". .\n\nS"],
+    ["fit", "--config", THREE_ROOM, "--data.env_id", "sun_lightning/GridMaze-v0", "--data.layout", "S ."],
+    ["fit", "--config", THREE_ROOM, "--data.env_id", "Tiny", "--data.layout", "S ."],
+    ["fit", "--config", THREE_ROOM, "--model", "sun_lightning.learners.ensemble_td3.EnsembleTD3SVF"],
+    ["fit", "--config", POINT_MAZE, "--model", "sun_lightning.learners.dqn.DQNSVF"],
 ]
 
 
@@ -130,6 +136,10 @@ GOAL_BAD = [
     ["--data.goal.dims", "[0, 0]"],
     ["--data.env_id", "MountainCarContinous-v0"],
     ["--data.env_id", "CartPole-v1", "--data.goal", "null"],
+    ["--data.goal.dims", "[0, 5]"],
+    ["--data.goal.dims", "achieved_goal"],
+    ["--model", "sun_lightning.learners.dqn.DQNSVF"],
+    ["--model", "sun_lightning.learners.ensemble_dqn.EnsembleDQNSVF"],
 ]
 
 
@@ -169,7 +179,30 @@ def test_the_package_ids_the_pre_check_knows_are_the_registered_ones():
 
     import sun_lightning.envs  # noqa: F401
 
-    from sun_lightning.envs.registry import env_ids
-    from sun_lightning.run.precheck_env import PACKAGE_IDS
+    from sun_lightning.envs.registry import env_ids, goal_space
+    from sun_lightning.run.precheck_env import PACKAGE_ACTIONS, PACKAGE_IDS
 
     assert sorted(PACKAGE_IDS) == env_ids() == sorted(i for i in gymnasium.registry if i.startswith("sun_lightning/"))
+    for env_id, (discrete, size) in PACKAGE_ACTIONS.items():
+        space = goal_space(env_id)
+        assert (space.discrete, space.num_actions if space.discrete else space.action_dim) == (discrete, size), env_id
+
+
+def test_a_learner_family_is_read_through_its_bases():
+    assert precheck._family("sun_lightning.learners.ensemble_dqn.EnsembleDQNSVF") is True
+    assert precheck._family("sun_lightning.learners.td3.TD3SVF") is False
+    assert precheck._family("sun_lightning.learners.base.Learner") is None  # neither family: the live check's
+    assert precheck._family("nowhere.Thing") is None
+
+
+def test_an_env_gymnasium_cannot_make_is_left_to_the_live_check(monkeypatch):
+    import gymnasium
+
+    from sun_lightning.run import precheck_env
+
+    def broken(*args, **kwargs):
+        raise gymnasium.error.DependencyNotInstalled("box2d is not installed")
+
+    monkeypatch.setattr(gymnasium, "make", broken)
+    monkeypatch.setattr(precheck_env, "_SPACES", {})
+    precheck.check(["fit", "--config", MCC, "--data.goal.dims", "[0, 5]"])  # no error here: the live check says why
