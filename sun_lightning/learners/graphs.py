@@ -17,6 +17,7 @@ tensordict's ``CudaGraphModule`` does the same but synchronizes the device befor
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from typing import NamedTuple
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -89,6 +90,39 @@ class UpdateGraphs:
 
             graph = self.graphs[plan] = self.factory(one)
         return graph(batch)
+
+
+class Stepping(NamedTuple):
+    """How an update takes its gradient steps: the same steps, eagerly or inside a captured graph.
+
+    Eager (:meth:`eager`): through Lightning (its optimizer wrappers count ``global_step``,
+    ``manual_backward`` applies the precision plugin and DDP), each loss checked finite before its step.
+    Captured (:meth:`captured`): the bare optimizers and ``Tensor.backward``, nothing read on the host; the
+    learner checks the replayed losses and counts the steps after the replay (:func:`count_optimizer_steps`).
+    """
+
+    optimizers: list  #: the learner's optimizers, in ``configure_optimizers``'s order
+    backward: Callable[[torch.Tensor], None]
+    #: ``check(term, loss, update)`` before a step (:meth:`~sun_lightning.learners.base.Learner.check_finite`)
+    check: Callable[[str, torch.Tensor, int], None]
+
+    @classmethod
+    def eager(cls, learner) -> Stepping:
+        return cls(_as_list(learner.optimizers()), learner.manual_backward, learner.check_finite)
+
+    @classmethod
+    def captured(cls, learner) -> Stepping:
+        bare = [getattr(optimizer, "optimizer", optimizer) for optimizer in _as_list(learner.optimizers())]
+        return cls(bare, torch.Tensor.backward, _after_the_replay)
+
+
+def _as_list(optimizers) -> list:
+    """``LightningModule.optimizers()``'s answer as a list (it returns a lone optimizer bare)."""
+    return list(optimizers) if isinstance(optimizers, (list, tuple)) else [optimizers]
+
+
+def _after_the_replay(term: str, loss: torch.Tensor, update: int) -> None:
+    """A captured step checks nothing: a check reads the host, which a graph cannot."""
 
 
 def graph_blockers(learner, device: torch.device) -> list[str]:

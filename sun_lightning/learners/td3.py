@@ -14,7 +14,7 @@ from sun_lightning.domains import Fraction, NonNegativeFloat, OpenFraction, Posi
 from sun_lightning.envs.reach import goal_reached
 from sun_lightning.envs.registry import GoalSpace
 from sun_lightning.learners.base import Learner, TrainStats, frozen
-from sun_lightning.learners.graphs import UpdateGraphs, count_optimizer_steps, graph_blockers, uses_graphs
+from sun_lightning.learners.graphs import Stepping, UpdateGraphs, count_optimizer_steps, graph_blockers, uses_graphs
 from sun_lightning.learners.policy import GaussianNoisePolicy
 from sun_lightning.learners.target import FollowStep, TargetUpdate
 from sun_lightning.losses.td_lambda import watkins_lambda_returns
@@ -28,10 +28,17 @@ ACTOR_STATS = ("train/loss/actor",)
 
 
 class Plan(NamedTuple):
-    """What one update does besides the critic's step: a host-side schedule (one captured graph per plan)."""
+    """What one update does besides the critic's step: a host-side schedule, so one captured graph per plan
+    (:mod:`~sun_lightning.learners.graphs`). With the paper's settings two plans alternate: the critic alone,
+    then the critic, the actor and the targets."""
 
     actor: bool  #: the actor's step, which the bootstrap actor follows
     critic_target: bool  #: the critic target's Polyak step
+
+    @classmethod
+    def at(cls, update: int, policy_delay: int, critic_target_due: bool) -> Plan:
+        """The plan of the ``update``-th update (counted from 1): the actor steps every ``policy_delay``-th."""
+        return cls(actor=update % policy_delay == 0, critic_target=critic_target_due)
 
 
 class TD3SVF(Learner):
@@ -176,7 +183,7 @@ class TD3SVF(Learner):
         """Q(s, a, g) of the online critic (every member's, ``[E, ...]``, for ensembles)."""
         return self.critic(obs, action, goal)
 
-    # ---- learning ---------------------------------------------------------------------
+    # ---- learning: one update, top to bottom ------------------------------------------
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
         hp = self.hparams
         graphed = uses_graphs(hp.cuda_graph, self.graph_blockers(self.device))
@@ -197,57 +204,68 @@ class TD3SVF(Learner):
         return reasons
 
     def update(self, batch: TensorDictBase) -> None:
-        """One TD3 update: the critic's step; every ``policy_delay`` updates the actor's; the targets' Polyak
-        steps — eagerly, or as the captured graph of this update's plan."""
-        plan = Plan(actor=(self.updates + 1) % self.hparams.policy_delay == 0,
-                    critic_target=self.critic_target_update.due)
+        """One TD3 update (SPEC §5b), as :meth:`~sun_lightning.learners.base.Learner.training_step` calls it:
+        this update's :class:`Plan`, its steps (:meth:`update_step`, eagerly or as the plan's captured graph),
+        then the counts and statistics the host keeps."""
+        plan = Plan.at(self.updates + 1, self.hparams.policy_delay, self.critic_target_update.due)
         if self._graphs is None:
-            out = self.update_step(batch, plan, checked=True)
+            out = self.update_step(batch, plan, Stepping.eager(self))
         else:
             out = self._graphs(batch, plan)
-            optimizers = self.optimizers()
-            count_optimizer_steps(optimizers if plan.actor else optimizers[:1])
-            # read together at the training step's end (Learner.flush_finite_checks), after the update applied
-            self.check_finite("train/loss/td", out["stats"][0])
-            if plan.actor:
-                self.check_finite("train/loss/actor", out["actor"][0], self.updates + 1)
+            self.after_replay(out, plan)
         self.updates += 1
+        self.critic_target_update.advance()
         self.stats.add(out["stats"])
         if plan.actor:
             self.actor_stats.add(out["actor"])
-        self.critic_target_update.advance()
 
-    def update_step(self, batch: TensorDictBase, plan: Plan, checked: bool = False) -> dict[str, torch.Tensor]:
-        """The steps of one update that ``plan`` names, reading no host value unless ``checked`` (the losses'
-        finiteness before each step, and Lightning's optimizer wrappers: the eager update). Returns the
-        critic's statistics (``stats``, :data:`TRAIN_STATS`) and, with the actor's step, its loss (``actor``,
-        ``[1]``)."""
-        optimizers = self.optimizers()
-        critic_opt, actor_opt = optimizers if checked else [getattr(o, "optimizer", o) for o in optimizers]
-        backward = self.manual_backward if checked else torch.Tensor.backward
-        loss, stats = self.critic_loss(batch)
-        if checked:
-            self.check_finite("train/loss/td", loss)
-        critic_opt.zero_grad(set_to_none=True)
-        backward(loss)
-        critic_opt.step()
-        out = {"stats": stats}
+    def update_step(self, batch: TensorDictBase, plan: Plan, stepping: Stepping | None = None) -> dict[str, torch.Tensor]:
+        """The steps ``plan`` names, in order: the critic's; the actor's, which the bootstrap actor follows; the
+        critic target's Polyak step. ``stepping`` takes the gradient steps (a captured graph's by default: what
+        :class:`~sun_lightning.learners.graphs.UpdateGraphs` records once per plan). Returns the critic's
+        statistics (``stats``, :data:`TRAIN_STATS`) and, with the actor's step, its loss (``actor``, ``[1]``)."""
+        stepping = stepping or Stepping.captured(self)
+        out = {"stats": self.critic_step(batch, stepping)}
         if plan.actor:
-            # The critic is held fixed: frozen, so that its parameters are outside the actor loss's graph
-            # (DDP then sees them unused in this backward, as in the critic's backward the actor's are).
-            with frozen(self.critic):
-                actor_loss = self.actor_loss(batch)
-                if checked:
-                    self.check_finite("train/loss/actor", actor_loss, self.updates + 1)
-                actor_opt.zero_grad(set_to_none=True)
-                backward(actor_loss)
-            self.actor_target_update.before()
-            actor_opt.step()
-            self.actor_target_update.after()
-            out["actor"] = actor_loss.detach().reshape(1)
+            out["actor"] = self.actor_step(batch, stepping)
         if plan.critic_target:
             self.critic_target_update.move()
         return out
+
+    def critic_step(self, batch: TensorDictBase, stepping: Stepping) -> torch.Tensor:
+        """One AdamW step of the critic on :meth:`critic_loss`; returns its statistics."""
+        optimizer = stepping.optimizers[0]
+        loss, stats = self.critic_loss(batch)
+        stepping.check("train/loss/td", loss, self.updates)
+        optimizer.zero_grad(set_to_none=True)
+        stepping.backward(loss)
+        optimizer.step()
+        return stats
+
+    def actor_step(self, batch: TensorDictBase, stepping: Stepping) -> torch.Tensor:
+        """One AdamW step of the actor on :meth:`actor_loss`, the bootstrap actor following it
+        (:class:`~sun_lightning.learners.target.FollowStep`); returns the loss ``[1]``."""
+        optimizer = stepping.optimizers[1]
+        # The critic is held fixed: frozen, so that its parameters are outside the actor loss's graph
+        # (DDP then sees them unused in this backward, as in the critic's backward the actor's are).
+        with frozen(self.critic):
+            loss = self.actor_loss(batch)
+            stepping.check("train/loss/actor", loss, self.updates + 1)
+            optimizer.zero_grad(set_to_none=True)
+            stepping.backward(loss)
+        self.actor_target_update.before()
+        optimizer.step()
+        self.actor_target_update.after()
+        return loss.detach().reshape(1)
+
+    def after_replay(self, out: dict[str, torch.Tensor], plan: Plan) -> None:
+        """What a replayed graph leaves to the host: Lightning counts its optimizer steps, and its losses are
+        read with the training step's other deferred checks (:meth:`~sun_lightning.learners.base.Learner.flush_finite_checks`)."""
+        optimizers = self.optimizers()
+        count_optimizer_steps(optimizers if plan.actor else optimizers[:1])
+        self.check_finite("train/loss/td", out["stats"][0])
+        if plan.actor:
+            self.check_finite("train/loss/actor", out["actor"][0], self.updates + 1)
 
     def critic_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """MSE of Q(s_t, a_t, g) against the TD(λ) target, and its statistics ``[len(TRAIN_STATS)]``."""
@@ -255,11 +273,6 @@ class TD3SVF(Learner):
         q = self.critic(batch[keys.OBS], batch[keys.ACTION], batch[keys.GOAL])
         loss = F.mse_loss(q, target)  # both float32 (the critic's softplus output is)
         return loss, torch.stack([loss.detach(), q.detach().mean(), target.mean(), steps])
-
-    def actor_loss(self, batch: TensorDictBase) -> torch.Tensor:
-        """−Q(s, π(s, g), g) averaged over the batch's rows (and the critics of an ensemble)."""
-        obs, goal = batch[keys.OBS], batch[keys.GOAL]
-        return -self.critic_values(obs, self.actor(obs, goal), goal).mean()
 
     @torch.no_grad()
     def td_targets(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
@@ -329,6 +342,11 @@ class TD3SVF(Learner):
         action = self.target_nets()[0](obs, goal, goal_index)
         noise = (torch.randn_like(action) * hp.target_noise).clamp(-hp.target_noise_clip, hp.target_noise_clip)
         return critic(obs, (action + noise).clamp(-1.0, 1.0), goal, goal_index).float()
+
+    def actor_loss(self, batch: TensorDictBase) -> torch.Tensor:
+        """−Q(s, π(s, g), g) averaged over the batch's rows (and the critics of an ensemble)."""
+        obs, goal = batch[keys.OBS], batch[keys.GOAL]
+        return -self.critic_values(obs, self.actor(obs, goal), goal).mean()
 
     def pop_train_metrics(self) -> dict[str, float]:
         out = self.stats.pop()
