@@ -98,7 +98,7 @@ def test_captured_update_equals_the_eager_one_and_reads_nothing_back(cls):
         for batch in batches[8:]:
             graphed.update(batch)
         sampled = sampler.sample(on_gpu, count=count)  # drawing from D on the GPU reads nothing back either
-        graphed._graphs.graphs[(False, False, False)].static_in.update_(sampled)
+        graphed._graphs.graphs[(False, False)].static_in.update_(sampled)  # the critic-only plan
     finally:
         torch.cuda.set_sync_debug_mode("default")
     for batch in batches[8:]:
