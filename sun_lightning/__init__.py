@@ -2,4 +2,4 @@
 
 from sun_lightning import _moved
 
-_moved.install(_moved.MOVED)
+_moved.install(_moved.MOVED, _moved.MOVED_NAMES)

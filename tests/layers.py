@@ -17,7 +17,7 @@ PACKAGE = ROOT / "sun_lightning"
 #: Each package (or top-level module) of sun_lightning on its own level; a module imports only from lower levels
 #: and from its own package.
 LEVELS: dict[str, tuple[int, str]] = {
-    "_moved": (0, "the earlier module names, resolved to where the code lives now"),
+    "_moved": (0, "the earlier import paths (modules and names), resolved to where the code lives now"),
     "keys": (0, "TensorDict keys, the one list"),
     "errors": (0, "the one-line errors and how they are reported"),
     "envconfig": (1, "what a config says of an env before it is built: gridworld maps, data.goal (no torch)"),
