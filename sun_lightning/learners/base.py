@@ -1,16 +1,19 @@
-"""What a learner must provide: the one seam between data collection and learning (SPEC §9).
+"""What a learner must provide: the one seam between the agent–environment loop and learning (SPEC §9).
 
-A learner is a LightningModule that owns its networks, losses and optimizers
-only; environments, collectors and the replay storage live in the DataModule.
-Data collection reaches a learner through this interface alone, never by class
-name, so the DQN variant (SPEC §5a), the TD3 variant (§5b) and their 4-critic
-ensembles are interchangeable:
+A learner is a LightningModule that owns its networks, losses and optimizers only; the environments, the
+collector and the replay storage are the exploration run's (:mod:`sun_lightning.exploration`, which Lightning
+sees through its thin DataModule). The loop reaches a learner through the narrow
+:class:`~sun_lightning.exploration.agent.Agent` protocol, never by class name, so the DQN variant (SPEC §5a),
+the TD3 variant (§5b) and their 4-critic ensembles are interchangeable:
 
-* :meth:`Learner.goal_values` — V(s, g) of candidate goals, for selection (§3);
+* :meth:`Learner.goal_values` — V(s, g) of candidate goals, which the goal selection transform scores (§3);
 * :meth:`Learner.make_policy` — the acting policy the collector runs (§1);
-* :meth:`Learner.make_sampler` — the relabelled batches it learns from (§5);
-* :meth:`Learner.update` — one learner update on one of those batches;
+* :meth:`Learner.make_sampler` — the relabelled batches it learns from (§5), and
+  :attr:`Learner.batches_per_update` of them per update;
 * :meth:`Learner.observe` — every collected step, for running statistics (§5c).
+
+Lightning then hands each collected vector step's batches to :meth:`Learner.training_step`, which runs one
+:meth:`Learner.update` per batch.
 """
 
 from __future__ import annotations
@@ -67,8 +70,8 @@ class BatchSampler(Protocol):
 class ActingPolicy(TensorDictModuleBase):
     """The collector's policy: reads ``observation``, ``goal`` (and the goal transform's keys), writes ``action``.
 
-    While :attr:`warmup` is set it acts uniformly at random (the warm-up of SPEC §5d);
-    the DataModule clears it when learning starts.
+    While :attr:`warmup` is set it acts uniformly at random (the warm-up of SPEC §5d); the exploration loop
+    clears it when the warm-up ends.
     """
 
     warmup: bool = True
@@ -84,9 +87,9 @@ class Learner(pl.LightningModule):
 
     Args:
         goal_space: the environment's goal space (dimensions, action set,
-            bounds); linked from the DataModule by the CLI, so a learner never
-            needs to know which environment it trains on (hence optional in the
-            signature).
+            bounds); the CLI links it from the ``data`` config's environment, so a
+            learner never needs to know which environment it trains on (hence
+            optional in the signature).
     """
 
     #: Relabelled batches one update consumes, stacked along a leading axis (ensembles: one per member).

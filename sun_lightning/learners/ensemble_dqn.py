@@ -35,9 +35,9 @@ from sun_lightning.networks.ensemble import stack_members
 class EnsembleDQNSVF(DQNSVF):
     """E independent DQN critics Q_1..Q_E of Q(s, a, g_s, g_a), trained side by side.
 
-    * Each member learns from its own relabelled batch: :meth:`training_step`
+    * Each member learns from its own relabelled batch: :meth:`update`
       takes a TensorDict ``[E, N, T]`` whose slice ``e`` is member e's batch
-      (:attr:`batches_per_update` tells the DataModule how many to stack).
+      (:attr:`batches_per_update` tells the exploration loop how many to stack).
     * The TD(λ) targets are :meth:`DQNSVF.td_targets` with the member's online
       network and the target network of a member drawn uniformly at random,
       one draw per member per update.
@@ -49,7 +49,7 @@ class EnsembleDQNSVF(DQNSVF):
       ``action_values`` the member minimum min_i Q_i(s, a, g).
 
     Args:
-        goal_space: linked from the DataModule.
+        goal_space: linked from the ``data`` config's environment by the CLI.
         ensemble_size: number of critics E (4 in the paper).
         **kwargs: the :class:`DQNSVF` hyperparameters (γ, λ, τ, lr, …), shared by all members.
     """

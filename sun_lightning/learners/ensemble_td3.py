@@ -36,7 +36,7 @@ class EnsembleTD3SVF(TD3SVF):
       (DISCOVER and AdaGoal score their mean and spread).
 
     Args:
-        goal_space: linked from the DataModule.
+        goal_space: linked from the ``data`` config's environment by the CLI.
         ensemble_size: number of critics E (4 in the paper).
         **kwargs: the :class:`TD3SVF` hyperparameters, shared by all members.
     """

@@ -55,7 +55,7 @@ class TD3SVF(Learner):
     DISCOVER's ``td3_train.py`` uses its one ``tau`` for both). MSE loss, AdamW, no gradient clipping.
 
     Args:
-        goal_space: linked from the DataModule (dimensions, bounds, reach rule).
+        goal_space: linked from the ``data`` config's environment by the CLI (dimensions, bounds, reach rule).
         gamma: discount γ.
         lam: trace factor λ.
         critic_tau: τ, the Polyak rate of the critic's target; after each actor step the bootstrap actor is
