@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -14,7 +14,7 @@ from sun_lightning import keys
 from sun_lightning.domains import Dropout, Fraction, NonNegativeFloat, NonNegativeInt, OpenFraction, PositiveFloat, PositiveInt, Rate
 from sun_lightning.envs.registry import GoalSpace
 from sun_lightning.learners.base import Learner, TrainStats
-from sun_lightning.learners.graphs import UpdateGraphs, count_optimizer_steps, graph_blockers, uses_graphs
+from sun_lightning.learners.graphs import Stepping, UpdateGraphs, count_optimizer_steps, graph_blockers, uses_graphs
 from sun_lightning.learners.policy import EpsilonGreedyPolicy
 from sun_lightning.learners.target import TargetUpdate
 from sun_lightning.losses.td_lambda import double_q_bootstrap, greedy_within, watkins_lambda_returns
@@ -27,6 +27,13 @@ QFunction = Callable[..., torch.Tensor]
 #: The training statistics of an update, in the order of :meth:`DQNSVF.loss_and_stats`'s vector
 #: (documented in the README's metrics table).
 TRAIN_STATS = ("train/loss/td", "train/q/taken", "train/q/target", "train/trace/continue")
+
+
+class Plan(NamedTuple):
+    """What one update does besides the gradient step: a host-side schedule, so one captured graph per plan
+    (:mod:`~sun_lightning.learners.graphs`)."""
+
+    target: bool  #: the target network's Polyak step
 
 
 def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> None:
@@ -51,7 +58,7 @@ class DQNSVF(Learner):
     selection is max_a Q(s, a, g_s, g_a) (SPEC §3); the policy is ε-greedy on Q.
 
     Args:
-        goal_space: linked from the DataModule (dimensions, action count).
+        goal_space: linked from the ``data`` config's environment by the CLI (dimensions, action count).
         gamma: discount γ.
         lam: trace factor λ.
         tau: Polyak coefficient of the target network, applied every update.
@@ -216,11 +223,12 @@ class DQNSVF(Learner):
         clip_grad_norm(optimizer.param_groups[0]["params"], gradient_clip_val)
 
     def update(self, batch: TensorDictBase) -> None:
-        """One learner update: Huber TD(λ) loss, backward, gradient-norm clip, AdamW step, Polyak step — eagerly,
-        or as the captured graph of this update's plan (whether the target moves)."""
-        plan = (self.target_update.due,)
+        """One DQN update (SPEC §5a), as :meth:`~sun_lightning.learners.base.Learner.training_step` calls it: this
+        update's :class:`Plan`, its steps (:meth:`update_step`, eagerly or as the plan's captured graph), then the
+        counts and statistics the host keeps."""
+        plan = Plan(target=self.target_update.due)
         if self._graphs is None:
-            out = self.update_step(batch, plan, checked=True)
+            out = self.update_step(batch, plan, Stepping.eager(self))
         else:
             out = self._graphs(batch, plan)
             count_optimizer_steps([self.optimizers()])
@@ -229,23 +237,20 @@ class DQNSVF(Learner):
         self.updates += 1
         self.stats.add(out["stats"])
 
-    def update_step(self, batch: TensorDictBase, plan: tuple[bool], checked: bool = False) -> dict[str, torch.Tensor]:
-        """The steps of one update, reading no host value unless ``checked`` (the loss's finiteness before the
-        step, and Lightning's optimizer wrapper: the eager update). Returns the statistics (``stats``)."""
+    def update_step(self, batch: TensorDictBase, plan: Plan, stepping: Stepping | None = None) -> dict[str, torch.Tensor]:
+        """The steps of one update, in order: Huber TD(λ) loss, backward, gradient-norm clip, AdamW step and, where
+        ``plan`` says, the target's Polyak step. ``stepping`` takes the gradient step (a captured graph's by
+        default). Returns the statistics (``stats``)."""
+        stepping = stepping or Stepping.captured(self)
         loss, stats = self.loss_and_stats(batch)
-        if checked:
-            self.check_finite("train/loss/td", loss)
-        opt = self.optimizers()
-        for p in opt.param_groups[0]["params"]:  # zero_grad(set_to_none=True) without its per-call machinery
+        stepping.check("train/loss/td", loss, self.updates)
+        optimizer = stepping.optimizers[0]
+        for p in optimizer.param_groups[0]["params"]:  # zero_grad(set_to_none=True) without its per-call machinery
             p.grad = None
-        if checked:
-            self.manual_backward(loss)
-        else:
-            opt = getattr(opt, "optimizer", opt)
-            loss.backward()
-        self.clip_gradients(opt, self.hparams.grad_clip, "norm")
-        opt.step()
-        if plan[0]:
+        stepping.backward(loss)
+        self.clip_gradients(optimizer, self.hparams.grad_clip, "norm")
+        optimizer.step()
+        if plan.target:
             self.target_update.move()
         return {"stats": stats}
 
