@@ -12,6 +12,9 @@ graph), the capture, then replays that copy the batch into the captured input's 
 stream order: no host read). Every call is one real update — a capture records without running, so it
 follows an eager call on the same batch — and a run with graphs takes the same updates as one without.
 tensordict's ``CudaGraphModule`` does the same but synchronizes the device before every replay.
+
+A learner writes its update once, as ``update_step(batch, plan, stepping)``: the same steps run eagerly through
+Lightning or inside a graph, and :class:`Stepping` is what differs between the two.
 """
 
 from __future__ import annotations
