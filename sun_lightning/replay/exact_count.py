@@ -42,6 +42,10 @@ class ExactCount:
         """n of the entries at ``index`` (float, ≥ 1)."""
         return self.table[self.keys[index]].float()
 
+    def scale(self) -> None:
+        """No standardization: exact counts compare tiles (the reach rule too)."""
+        return None
+
     def visits(self) -> torch.Tensor:
         """Visit count of every cell."""
         return self.table
