@@ -6,7 +6,8 @@ import torch
 
 
 class ExactCount:
-    """Pseudocount that coincides with the visit count of (tile, action) cells.
+    """Pseudocount (:class:`~sun_lightning.replay.counts.Pseudocount`) that coincides with the visit count of
+    (tile, action) cells.
 
     Each storage entry keeps its cell key; the count of an entry is the visit
     count of its cell, read in O(1) from a table that insertion (and eviction)
