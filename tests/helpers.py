@@ -1,4 +1,4 @@
-"""Test fixtures shared by several test files: a hand-made value table and a filled storage."""
+"""Test fixtures shared by several test files: a hand-made value table and a filled replay."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import sun_lightning.envs  # noqa: F401
 from sun_lightning import keys
 from sun_lightning.envs.registry import goal_space
 from sun_lightning.goals.transform import GoalSelectionTransform
+from sun_lightning.replay.counted import CountedReplay
 from sun_lightning.replay.exact_count import ExactCount
 from sun_lightning.replay.storage import GoalReplayStorage
 
@@ -43,31 +44,17 @@ def one_hot(tiles, size: int) -> torch.Tensor:
     return torch.nn.functional.one_hot(torch.as_tensor(tiles), size).float()
 
 
-class CountedStorage(GoalReplayStorage):
-    """A storage with its exact pseudocount beside it (as the DataModule keeps them), counted on ``extend``."""
-
-    def __init__(self, space, num_envs: int, capacity: int) -> None:
-        super().__init__(space, num_envs, capacity)
-        self.pseudocount = ExactCount(space.obs_dim * space.num_actions, self.capacity, space.num_actions)
-
-    def extend(self, frames):
-        index = super().extend(frames)
-        self.pseudocount.insert(index, frames[keys.OBS], frames[keys.ACTION])
-        return index
-
-    def counts(self, index):
-        return self.pseudocount.counts(index.reshape(-1)).reshape(index.shape)
-
-
-def filled_storage(tiles: list[int], actions: list[int], env_id: str = THREE_ROOM, num_envs: int = 1,
-                   capacity: int = 1000) -> CountedStorage:
-    """A storage whose entries are the given (tile, action) pairs, written one vector step at a time."""
+def filled_replay(tiles: list[int], actions: list[int], env_id: str = THREE_ROOM, num_envs: int = 1,
+                  capacity: int = 1000) -> CountedReplay:
+    """A replay with its exact counts whose entries are the given (tile, action) pairs, written one vector step at a
+    time."""
     space = goal_space(env_id)
-    storage = CountedStorage(space, num_envs, capacity)
+    storage = GoalReplayStorage(space, num_envs, capacity)
+    replay = CountedReplay(storage, ExactCount(space.obs_dim * space.num_actions, storage.capacity, space.num_actions))
     for start in range(0, len(tiles), num_envs):
         t = torch.tensor(tiles[start : start + num_envs])
         obs = one_hot(t, space.obs_dim)
-        storage.extend(
+        replay.extend(
             TensorDict(
                 {
                     keys.OBS: obs,
@@ -79,17 +66,17 @@ def filled_storage(tiles: list[int], actions: list[int], env_id: str = THREE_ROO
                 batch_size=[num_envs],
             )
         )
-    return storage
+    return replay
 
 
-def goal_env(selector, storage, learner, num_envs: int, env_id: str = THREE_ROOM, seed: int = 0):
+def goal_env(selector, replay, learner, num_envs: int, env_id: str = THREE_ROOM, seed: int = 0):
     """A TorchRL env of ``num_envs`` gridworlds with an active goal-selection transform, reset as the trainer's
     (explicit partial resets)."""
     vec = gymnasium.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point",
                              autoreset_mode=AutoresetMode.DISABLED)
     base = GymWrapper(vec, categorical_action_encoding=True)
     base.set_seed(seed)
-    transform = GoalSelectionTransform(selector, storage, storage.pseudocount, learner, num_envs)
+    transform = GoalSelectionTransform(selector, replay, learner, num_envs)
     transform.active = True
     return TransformedEnv(base, transform), transform
 

@@ -19,6 +19,8 @@ from sun_lightning.exploration.handle import Exploration
 from sun_lightning.goals.base import GoalSelector
 from sun_lightning.goals.transform import GoalSelectionTransform
 from sun_lightning.replay.binned_count import BinnedCount
+from sun_lightning.replay.counted import CountedReplay
+from sun_lightning.replay.counts import Pseudocount
 from sun_lightning.replay.exact_count import ExactCount
 from sun_lightning.replay.pseudocount import make_radius_pseudocount
 from sun_lightning.replay.storage import GoalReplayStorage
@@ -48,8 +50,8 @@ def build(*, env_id: str, goal_space: GoalSpace, custom: CustomEnv | None, selec
         raise ConfigError(f"data.capacity ({capacity}) must hold the {needed // streams} steps per env of a batch")
     capacity += -capacity % streams
     storage_at = torch.device(storage_device) if storage_device else device
-    storage = GoalReplayStorage(goal_space, streams, capacity, storage_at)
-    pseudocount = build_pseudocount(goal_space, capacity, sigma_every, storage_at, backend, counts, rho)
+    replay = CountedReplay(GoalReplayStorage(goal_space, streams, capacity, storage_at),
+                           build_pseudocount(goal_space, capacity, sigma_every, storage_at, backend, counts, rho))
     run_seed = seed if seed is not None else torch.initial_seed() % 2**31
     if world_size > 1:
         # Every rank explores with its own envs and random streams (Lightning seeded all ranks alike).
@@ -64,7 +66,7 @@ def build(*, env_id: str, goal_space: GoalSpace, custom: CustomEnv | None, selec
                                  autoreset_mode=AutoresetMode.DISABLED)
     base = GymWrapper(vec, categorical_action_encoding=True)
     base.set_seed(env_seed)
-    transform = GoalSelectionTransform(selector, storage, pseudocount, agent, num_envs, horizon(vec, custom))
+    transform = GoalSelectionTransform(selector, replay, agent, num_envs, horizon(vec, custom))
     env = TransformedEnv(base, transform)
     policy = agent.make_policy(selector.uses_goals)
     # The acting policies read goals and observations only, no episode-start flag: TorchRL's InitTracker
@@ -72,14 +74,14 @@ def build(*, env_id: str, goal_space: GoalSpace, custom: CustomEnv | None, selec
     collector = Collector(env, policy, frames_per_batch=num_envs, total_frames=-1, track_traj_ids=False,
                           auto_register_policy_transforms=False)
     return Exploration(env_id=env_id, goal_space=goal_space, selector=selector, agent=agent, sampler=sampler,
-                       storage=storage, pseudocount=pseudocount, vector_env=vec, transform=transform, env=env,
+                       replay=replay, vector_env=vec, transform=transform, env=env,
                        policy=policy, collector=collector, num_envs=num_envs, rank=rank, world_size=world_size,
                        gather_device=gather_device, run_seed=run_seed, env_seed=env_seed,
                        events=events if events is not None else Events())
 
 
 def build_pseudocount(space: GoalSpace, capacity: int, sigma_every: int, device: torch.device, backend: str = "auto",
-                      counts: str = "pseudo", rho: float | None = None):
+                      counts: str = "pseudo", rho: float | None = None) -> Pseudocount:
     """The pseudocount of D's entries (SPEC §4): exact (tile, action) counts on gridworlds; elsewhere the radius
     pseudocount (ρ, unless ``rho`` overrides it, and the goal action from the environment's goal space) or, with
     ``counts="binned"``, the true counts of the metric's 50-bin cells (the paper's ablation)."""

@@ -20,6 +20,8 @@ from sun_lightning.exploration.state import exploration_state, load_exploration_
 from sun_lightning.exploration.stats import CollectionStats
 from sun_lightning.goals.base import GoalSelector
 from sun_lightning.goals.transform import GoalSelectionTransform
+from sun_lightning.replay.counted import CountedReplay
+from sun_lightning.replay.counts import Pseudocount
 from sun_lightning.replay.storage import GoalReplayStorage
 
 
@@ -36,8 +38,7 @@ class Exploration:
     selector: GoalSelector
     agent: Agent  # the learner, as the loop and the selection transform see it
     sampler: Any  # the learner's replay sampler (relabelled batches, SPEC §5)
-    storage: GoalReplayStorage
-    pseudocount: Any  # exact, radius or binned counts of D's entries (SPEC §4)
+    replay: CountedReplay  # D and the counts of its entries (SPEC §4), written together
     vector_env: Any  # the gymnasium vector env
     transform: GoalSelectionTransform
     env: TransformedEnv
@@ -63,10 +64,19 @@ class Exploration:
     def __post_init__(self) -> None:
         self.rollouts = iter(self.collector)
 
+    @property
+    def storage(self) -> GoalReplayStorage:
+        """The replay storage D (written through :attr:`replay` only)."""
+        return self.replay.storage
+
+    @property
+    def pseudocount(self) -> Pseudocount:
+        """The counts of D's entries (written through :attr:`replay` only)."""
+        return self.replay.pseudocount
+
     def scale(self) -> torch.Tensor | None:
         """The radius pseudocount's goal standardization σ̃ (``None`` for exact counts)."""
-        scale = getattr(self.pseudocount, "scale", None)
-        return None if scale is None else scale().to(self.storage.device)
+        return self.replay.scale()
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint holds of this run's exploration (:mod:`sun_lightning.exploration.state`)."""

@@ -17,10 +17,7 @@ def record(x: Exploration, step: TensorDictBase) -> None:
     flat = flat_step(step)
     if x.world_size > 1:  # every rank's step, in rank order: one D and one pseudocount for the job
         flat = gather_step(flat, all_gather, x.gather_device)
-    index = x.storage.extend(flat)
-    action = flat[keys.ACTION] if x.goal_space.discrete else None
-    x.pseudocount.insert(index, x.goal_space.project(flat[keys.OBS]).to(x.storage.device),
-                         None if action is None else action.to(x.storage.device))
+    x.replay.extend(flat)
     x.agent.observe(flat[keys.OBS])
     x.stats.update(flat)
     if x.events.heard("goals") and keys.GOAL_SELECTED in flat:

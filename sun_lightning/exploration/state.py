@@ -12,45 +12,17 @@ cannot: its episodes in progress restart on resume).
 
 from __future__ import annotations
 
-import pickle
 import warnings
 from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDict
 
-from sun_lightning import keys
-from sun_lightning.checkpoints import safe_pickle
 from sun_lightning.checkpoints.rng import rng_state, set_rng_state  # noqa: F401  (the module's earlier names)
 from sun_lightning.envs.state import env_state, load_env_state
 
 if TYPE_CHECKING:
     from sun_lightning.exploration.handle import Exploration
-
-
-def restore_into(target: object, blob: bytes) -> None:
-    """Replace ``target``'s attributes by those of a pickled object of its class (other objects keep their reference)."""
-    loaded = safe_pickle.loads(blob)
-    if type(loaded) is not type(target):
-        raise ValueError(f"checkpoint holds a {type(loaded).__name__}, this run a {type(target).__name__}")
-    vars(target).clear()
-    vars(target).update(vars(loaded))
-
-
-def recount(x: Exploration) -> None:
-    """Insert D's entries into the (fresh) pseudocount one vector step at a time, as they were collected.
-
-    Equal to the counts of the run that collected them as long as D never wrapped (the default capacity).
-    """
-    storage, space, step = x.storage, x.goal_space, x.storage.num_envs
-    if storage.steps * step > storage.capacity:
-        raise ValueError(f"data.capacity ({storage.capacity}) is smaller than the checkpoint's replay buffer "
-                         f"({storage.steps * step} entries): resume with the capacity it was run with")
-    for start in range(0, len(storage), step):
-        index = torch.arange(start, start + step, device=storage.device)
-        entries = storage.get(index)
-        action = entries[keys.ACTION] if space.discrete else None
-        x.pseudocount.insert(index, space.project(entries[keys.OBS]), action)
 
 
 def carried_step(collector) -> TensorDict:
@@ -87,8 +59,7 @@ def exploration_state(x: Exploration) -> dict[str, Any]:
         "world_size": x.world_size,
         "frames": x.frames,
         "credit": x.credit,
-        "storage": x.storage.state_dict(),
-        "pseudocount": pickle.dumps(x.pseudocount),
+        **x.replay.state_dict(),  # "storage" and "pseudocount"
         "policy_warmup": bool(x.policy.warmup),
         "window": dict(vars(x.stats)),
         **own,
@@ -107,11 +78,7 @@ def load_exploration_state(x: Exploration, state: dict[str, Any]) -> None:
                          f"resume with --trainer.devices {saved_world} (each process's envs are in it)")
     own = state["ranks"][x.rank] if x.world_size > 1 else state
     x.frames, x.credit = state["frames"], state["credit"]
-    x.storage.load_state_dict(state["storage"])
-    if state["storage"].get("capacity") == x.storage.capacity:
-        restore_into(x.pseudocount, state["pseudocount"])
-    else:  # a run extended with another capacity: count the stored entries again, in their order
-        recount(x)
+    x.replay.load_state_dict(state)  # a run extended with another capacity counts D again
     x.transform.load_exploration_state(own["transform"])
     x.policy.warmup = state["policy_warmup"]
     vars(x.stats).update(state["window"])

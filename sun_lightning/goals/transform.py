@@ -18,7 +18,7 @@ from torchrl.envs.transforms import Transform
 from sun_lightning import keys
 from sun_lightning.envs.reach import goal_reached
 from sun_lightning.goals.base import GoalSelector, GoalValues
-from sun_lightning.replay.storage import GoalReplayStorage
+from sun_lightning.replay.counted import CountedReplay
 
 _FLAGS = (keys.GOAL_SELECTED, keys.GOAL_RESELECTED, keys.GOAL_REACHED, keys.RANDOM_PHASE)
 
@@ -44,21 +44,19 @@ class GoalSelectionTransform(Transform):
 
     Args:
         selector: the selection rule.
-        storage: replay storage the candidates come from.
-        pseudocount: the counts of the storage's entries, by position (``counts(index)``, ``scale()``):
-            :class:`~sun_lightning.replay.exact_count.ExactCount` or a radius pseudocount (SPEC §4).
+        replay: the replay storage the candidates come from, with the counts of its entries (SPEC §4).
         learner: what selection reads of the learner (:class:`~sun_lightning.goals.base.GoalValues`).
         num_envs: B.
         horizon: the env's episode horizon, for rules that scale by it (``None``: none).
     """
 
-    def __init__(self, selector: GoalSelector, storage: GoalReplayStorage, pseudocount, learner: GoalValues, num_envs: int,
+    def __init__(self, selector: GoalSelector, replay: CountedReplay, learner: GoalValues, num_envs: int,
                  horizon: int | None = None) -> None:
         super().__init__()
         self.selector = selector
-        self.storage = storage
-        self.pseudocount = pseudocount
-        self.space = storage.space
+        self.replay = replay
+        self.storage = replay.storage
+        self.space = replay.storage.space
         # A plain attribute holder keeps the learner out of this module's
         # state dict and away from TorchRL's device casting.
         self._refs = {"learner": learner}
@@ -275,12 +273,12 @@ class GoalSelectionTransform(Transform):
 
     def _counts(self, index: torch.Tensor) -> torch.Tensor:
         """Pseudocounts n_g of the storage entries at ``index`` (CPU), O(1) reads (SPEC §4)."""
-        return self.pseudocount.counts(index.reshape(-1).to(self.storage.device)).reshape(index.shape).cpu()
+        return self.replay.counts(index).cpu()
 
     def _scale(self) -> torch.Tensor | None:
         """The radius pseudocount's standardization σ̃ for the reach rule (``None`` for exact counts)."""
-        scale = getattr(self.pseudocount, "scale", None)
-        return None if scale is None else scale().cpu()
+        scale = self.replay.scale()
+        return None if scale is None else scale.cpu()
 
     def _current_values(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """V(s, g) of each env's current goal ``[B]`` (``[E, B]``), and its acting values ``[B, |A|]`` (or None)."""

@@ -26,7 +26,8 @@ BINS = 50
 
 
 class BinnedCount:
-    """Exact counts of (50-bin cell, action) over the stored entries, by storage position.
+    """Exact counts of (50-bin cell, action) over the stored entries, by storage position (a
+    :class:`~sun_lightning.replay.counts.Pseudocount`).
 
     Args:
         low, high: per-goal-dimension metric bounds (finite; values outside are clamped into the edge bins).

@@ -6,7 +6,8 @@ import torch
 
 
 class ExactCount:
-    """Pseudocount that coincides with the visit count of (tile, action) cells.
+    """Pseudocount (:class:`~sun_lightning.replay.counts.Pseudocount`) that coincides with the visit count of
+    (tile, action) cells.
 
     Each storage entry keeps its cell key; the count of an entry is the visit
     count of its cell, read in O(1) from a table that insertion (and eviction)
@@ -41,6 +42,10 @@ class ExactCount:
     def counts(self, index: torch.Tensor) -> torch.Tensor:
         """n of the entries at ``index`` (float, ≥ 1)."""
         return self.table[self.keys[index]].float()
+
+    def scale(self) -> None:
+        """No standardization: exact counts compare tiles (the reach rule too)."""
+        return None
 
     def visits(self) -> torch.Tensor:
         """Visit count of every cell."""

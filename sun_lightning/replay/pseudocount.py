@@ -98,7 +98,8 @@ _XTYPE = {torch.float64: 0, torch.float32: 1}  # dtypes the native single step r
 
 
 class RadiusPseudocount:
-    """Insert-time radius pseudocount over replay-storage positions (see module docstring).
+    """Insert-time radius pseudocount over replay-storage positions (see module docstring), a
+    :class:`~sun_lightning.replay.counts.Pseudocount`.
 
     Args:
         goal_dim: M, number of goal features.

@@ -41,7 +41,8 @@ _COLS = 4096  # new samples per block at most
 
 
 class TorchRadiusPseudocount:
-    """Brute-force radius pseudocount over replay-storage positions (SPEC §4; module docstring).
+    """Brute-force radius pseudocount over replay-storage positions (SPEC §4; module docstring), a
+    :class:`~sun_lightning.replay.counts.Pseudocount`.
 
     Args:
         goal_dim: M, number of goal features.

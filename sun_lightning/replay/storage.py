@@ -4,8 +4,8 @@ Entries are written one vector-env step (B frames) at a time, frame (t, b)
 at flat position (t·B + b) mod capacity, so the T steps following an entry of
 env b are B positions apart. Episode ends are kept as flags, so sequences may
 run across episodes and the learner still keeps them apart (SPEC §5a). The
-pseudocounts of the entries are kept beside D, by position
-(:mod:`sun_lightning.replay.pseudocount`, :mod:`~sun_lightning.replay.exact_count`).
+pseudocounts of the entries are kept beside D, by position, and written with it
+(:class:`~sun_lightning.replay.counted.CountedReplay`).
 """
 
 from __future__ import annotations

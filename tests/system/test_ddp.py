@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import mlflow
 import pytest
@@ -23,8 +22,8 @@ from sun_lightning import keys
 from sun_lightning.exploration.build import build_pseudocount
 from sun_lightning.exploration.distributed import gather_step, mean_over_ranks
 from sun_lightning.envs.registry import goal_space
+from sun_lightning.replay.counted import CountedReplay
 from sun_lightning.replay.storage import STORED_KEYS, GoalReplayStorage
-from sun_lightning.exploration.state import recount
 from tests.helpers import WALL_CLOCK
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,10 +76,9 @@ def _assert_one_agent(ranks: list[dict], env_id: str, total: int) -> None:
     storage = GoalReplayStorage(space, streams, held)
     storage.load_state_dict({"steps": steps, "capacity": held, "columns": zero["storage"],
                              "tiles": space.tile(zero["storage"][keys.OBS]) if storage.tiles is not None else None})
-    single = SimpleNamespace(storage=storage, goal_space=space,
-                             pseudocount=build_pseudocount(space, held, 1000, torch.device("cpu"), "torch"))
-    recount(single)
-    torch.testing.assert_close(single.pseudocount.counts(torch.arange(held)), zero["counts"])
+    single = CountedReplay(storage, build_pseudocount(space, held, 1000, torch.device("cpu"), "torch"))
+    single.recount()
+    torch.testing.assert_close(single.counts(torch.arange(held)), zero["counts"])
 
 
 def test_gather_step_packs_every_dtype_in_rank_order():

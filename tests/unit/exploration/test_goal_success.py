@@ -7,7 +7,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tests.helpers import THREE_ROOM, TableLearner, filled_storage, goal_env
+from tests.helpers import THREE_ROOM, TableLearner, filled_replay, goal_env
 from sun_lightning import keys
 from sun_lightning.exploration.stats import CollectionStats, flat_step as _flat_step
 from sun_lightning.envconfig.layout import LAYOUTS
@@ -98,11 +98,11 @@ def test_success_lies_in_0_1_for_every_rule_and_matches_a_goal_by_goal_count(rul
     generator = torch.Generator().manual_seed(1)
     layout = LAYOUTS["ThreeRoom"]
     tiles = [t for t in range(layout.num_tiles) if t // layout.cols in (0, 1, 2, 3, 4)]  # rooms 1 and 2
-    storage = filled_storage(tiles * 2, [t % 4 for t in tiles * 2])
+    replay = filled_replay(tiles * 2, [t % 4 for t in tiles * 2])
     learner = _EnsembleTable(layout.num_tiles, generator) if rule in (DISCOVER, AdaGoal) else TableLearner(layout.num_tiles)
     learner.table = torch.rand(layout.num_tiles, layout.num_tiles, generator=generator)
     selector = rule(num_candidates=16)
-    env, _ = goal_env(selector, storage, learner, num_envs=4, seed=2)
+    env, _ = goal_env(selector, replay, learner, num_envs=4, seed=2)
 
     def policy(td):
         # towards the goal tile, then the goal action; a random action one time in five

@@ -20,6 +20,8 @@ from sun_lightning.envs.registry import goal_space
 from sun_lightning.goals import SUNAdaptive
 from sun_lightning.goals.discover import DISCOVERTD3, distance_scale
 from sun_lightning.goals.transform import GoalSelectionTransform
+from sun_lightning.replay.counted import CountedReplay
+from sun_lightning.replay.counts import Pseudocount
 from sun_lightning.replay.storage import GoalReplayStorage
 
 POINT_MAZE_S = "sun_lightning/PointMazeS-v0"
@@ -27,10 +29,22 @@ GAMMA = 0.99
 
 
 class Ones:
-    """Pseudocount stand-in: every entry counted once."""
+    """Pseudocount stand-in: every entry counted once, no standardization."""
+
+    def __init__(self) -> None:
+        self.held: set[int] = set()
+
+    def insert(self, index: torch.Tensor, x: torch.Tensor, action: torch.Tensor | None = None) -> None:
+        self.held.update(index.tolist())
 
     def counts(self, index: torch.Tensor) -> torch.Tensor:
         return torch.ones(index.shape)
+
+    def scale(self) -> None:
+        return None
+
+    def __len__(self) -> int:
+        return len(self.held)
 
 
 class PointLearner:
@@ -49,23 +63,24 @@ class PointLearner:
         return (values if self.members > 1 else values[0]), None
 
 
-def point_storage(points: list[tuple[float, float]], num_envs: int) -> GoalReplayStorage:
-    space = goal_space(POINT_MAZE_S)
-    storage = GoalReplayStorage(space, num_envs, 64)
+def point_replay(points: list[tuple[float, float]], num_envs: int, counts: Pseudocount | None = None) -> CountedReplay:
+    """A PointMaze-S replay holding ``points``, counted by ``counts`` (:class:`Ones` by default)."""
+    storage = GoalReplayStorage(goal_space(POINT_MAZE_S), num_envs, 64)
+    replay = CountedReplay(storage, Ones() if counts is None else counts)
     for start in range(0, len(points), num_envs):
         obs = torch.tensor(points[start:start + num_envs], dtype=torch.float32)
-        storage.extend(TensorDict({keys.OBS: obs, keys.ACTION: torch.zeros(num_envs, 2), keys.NEXT_OBS: obs,
+        replay.extend(TensorDict({keys.OBS: obs, keys.ACTION: torch.zeros(num_envs, 2), keys.NEXT_OBS: obs,
                                    keys.TERMINATED: torch.zeros(num_envs, dtype=torch.bool),
                                    keys.EPISODE_END: torch.zeros(num_envs, dtype=torch.bool)}, batch_size=[num_envs]))
-    return storage
+    return replay
 
 
-def point_env(selector, storage, learner, num_envs: int, seed: int = 0):
+def point_env(selector, replay, learner, num_envs: int, seed: int = 0):
     vec = gymnasium.make_vec(POINT_MAZE_S, num_envs=num_envs, vectorization_mode="vector_entry_point",
                              autoreset_mode=AutoresetMode.DISABLED)
     base = GymWrapper(vec)
     base.set_seed(seed)
-    transform = GoalSelectionTransform(selector, storage, Ones(), learner, num_envs)
+    transform = GoalSelectionTransform(selector, replay, learner, num_envs)
     transform.active = True
     return TransformedEnv(base, transform), transform
 
@@ -113,7 +128,7 @@ def test_score_on_a_fixed_ensemble_against_a_hand_computation():
 @pytest.mark.parametrize("num_envs", [1, 2, 3])
 def test_envs_share_one_pool_and_take_its_best_distinct_goals(num_envs, monkeypatch):
     points = [(0.0, 0.0), (1.0, 0.0), (2.0, 0.0), (3.0, 0.0), (4.0, 0.0), (5.0, 0.0)]
-    storage = point_storage(points, num_envs=1)
+    replay = point_replay(points, num_envs=1)
     # The pool draws entries twice: the goals taken are distinct entries all the same.
     pool = torch.tensor([0, 1, 2, 3, 4, 5, 2, 2, 4, 1])
     drawn = []
@@ -122,13 +137,13 @@ def test_envs_share_one_pool_and_take_its_best_distinct_goals(num_envs, monkeypa
         drawn.append(shape)
         return pool
 
-    monkeypatch.setattr(storage, "sample_index", sample_index)
+    monkeypatch.setattr(replay.storage, "sample_index", sample_index)
     table = [[0.9, 0.5, 0.05, 0.0, 0.6, 0.3], [0.8, 0.1, 0.30, 0.0, 0.2, 0.3], [0.95, 0.4, 0.01, 0.2, 0.3, 0.3]]
     by_x = torch.tensor(table)  # member e's value of the goal at x = k
 
     learner = PointLearner(lambda e, goal: by_x[e][goal[..., 0].round().long()])
     selector = DISCOVERTD3(num_candidates=10)
-    env, transform = point_env(selector, storage, learner, num_envs)
+    env, transform = point_env(selector, replay, learner, num_envs)
     td = env.reset()
     assert drawn == [(10,)]  # one pool for all envs of the round
     assert set(learner.actors) == {"target"}  # values through the target actor
@@ -165,10 +180,10 @@ def test_mean_weight_follows_the_official_simple_adaptation():
 
 
 def test_episode_outcomes_reach_the_rule_through_the_transform(monkeypatch):
-    storage = point_storage([(0.0, 0.0), (0.5, 0.0)], num_envs=2)
+    replay = point_replay([(0.0, 0.0), (0.5, 0.0)], num_envs=2)
     learner = PointLearner(lambda e, goal: torch.full(goal.shape[:-1], 0.5 + 0.1 * e))
     selector = DISCOVERTD3(num_candidates=4)
-    env, transform = point_env(selector, storage, learner, num_envs=2)
+    env, transform = point_env(selector, replay, learner, num_envs=2)
     seen = []
     monkeypatch.setattr(selector, "episodes_ended", lambda reached, values: seen.append(reached.tolist()))
     td = env.reset()
@@ -201,10 +216,10 @@ def test_a_single_critic_is_refused():
 
 @pytest.mark.parametrize("num_envs", [1, 2])
 def test_a_goal_reached_by_the_step_is_replaced_before_the_next_action(num_envs):
-    storage = point_storage([(0.0, 0.0), (-1.0, 0.0)] * num_envs, num_envs=num_envs)
+    replay = point_replay([(0.0, 0.0), (-1.0, 0.0)] * num_envs, num_envs=num_envs)
     # V decreases with the goal's distance from x = 3: the fresh goal after a reach is the entry at x = 0 or -1.
     learner = PointLearner(lambda e, goal: 0.9 ** (goal[..., 0] - 3.0).abs(), members=1)
-    env, transform = point_env(SUNAdaptive(num_candidates=8), storage, learner, num_envs)
+    env, transform = point_env(SUNAdaptive(num_candidates=8), replay, learner, num_envs)
     td = env.reset()
     start = td[keys.OBS].clone()
     action = torch.zeros(num_envs, 2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.helpers import TableLearner, filled_storage, goal_env
+from tests.helpers import TableLearner, filled_replay, goal_env
 from sun_lightning import keys
 from sun_lightning.goals import SUNAdaptive
 
@@ -37,13 +37,13 @@ def test_selects_argmax_and_never_a_zero_value_goal(num_envs, monkeypatch):
     # tile 5 seen 4 times, 10 once (unreachable: V = 0), 20 twice, 30 once
     tiles = [5] * 4 + [10] + [20] * 2 + [30]
     tiles += [30] * (-len(tiles) % num_envs)  # whole vector steps
-    storage = filled_storage(tiles, [0] * len(tiles), num_envs=num_envs)
-    all_candidates(storage, monkeypatch)
+    replay = filled_replay(tiles, [0] * len(tiles), num_envs=num_envs)
+    all_candidates(replay.storage, monkeypatch)
     learner = TableLearner(NUM_TILES)
     learner.table[:, 5], learner.table[:, 20], learner.table[:, 30] = 0.8, 0.5, 0.3
-    env, transform = goal_env(SUNAdaptive(), storage, learner, num_envs)
+    env, transform = goal_env(SUNAdaptive(), replay, learner, num_envs)
     td = env.reset()
-    n = storage.counts(torch.arange(len(storage)))
+    n = replay.counts(torch.arange(len(replay)))
     counts = {t: n[tiles.index(t)].item() for t in (5, 10, 20, 30)}
     best = max((0.8 / counts[5], 5), (0.5 / counts[20], 20), (0.3 / counts[30], 30))[1]
     assert td[keys.GOAL].argmax(-1).tolist() == [best] * num_envs
@@ -58,12 +58,12 @@ def test_selects_argmax_and_never_a_zero_value_goal(num_envs, monkeypatch):
 
 @pytest.mark.parametrize("num_envs", [1, 2])
 def test_reselects_exactly_on_reach_or_value_drop(num_envs, monkeypatch):
-    storage = filled_storage([40] * 2 + [41] * 2, [1, 1, 1, 1], num_envs=2)
-    all_candidates(storage, monkeypatch)
+    replay = filled_replay([40] * 2 + [41] * 2, [1, 1, 1, 1], num_envs=2)
+    all_candidates(replay.storage, monkeypatch)
     learner = TableLearner(NUM_TILES)
     learner.table[:, 40] = 0.5
     learner.table[:, 41] = 0.1
-    env, transform = goal_env(SUNAdaptive(), storage, learner, num_envs)
+    env, transform = goal_env(SUNAdaptive(), replay, learner, num_envs)
     td = env.reset()
     assert (td[keys.GOAL].argmax(-1) == 40).all() and (td[keys.GOAL_ACTION] == 1).all()
     start = td[keys.OBS].argmax(-1)
@@ -101,11 +101,11 @@ def test_per_step_switches_only_to_a_strictly_better_candidate(num_envs, monkeyp
     from sun_lightning.goals import SUNPerStep
 
     # tile 40 twice (n = 2), tile 41 twice (n = 2)
-    storage = filled_storage([40, 40, 41, 41], [1, 1, 1, 1], num_envs=2)
-    all_candidates(storage, monkeypatch)
+    replay = filled_replay([40, 40, 41, 41], [1, 1, 1, 1], num_envs=2)
+    all_candidates(replay.storage, monkeypatch)
     learner = TableLearner(NUM_TILES)
     learner.table[:, 40], learner.table[:, 41] = 0.6, 0.2
-    env, transform = goal_env(SUNPerStep(num_candidates=4), storage, learner, num_envs)
+    env, transform = goal_env(SUNPerStep(num_candidates=4), replay, learner, num_envs)
     td = env.reset()
     assert (td[keys.GOAL].argmax(-1) == 40).all()
     td[keys.ACTION] = torch.zeros(num_envs, dtype=torch.long)
@@ -163,11 +163,11 @@ class TableQLearner(TableLearner):
 def test_the_policy_acts_on_the_values_the_rule_evaluated(num_envs, monkeypatch):
     from sun_lightning.learners.policy import EpsilonGreedyPolicy
 
-    storage = filled_storage([40, 40, 41, 41], [1, 1, 1, 1], num_envs=2)
-    all_candidates(storage, monkeypatch)
+    replay = filled_replay([40, 40, 41, 41], [1, 1, 1, 1], num_envs=2)
+    all_candidates(replay.storage, monkeypatch)
     learner = TableQLearner(NUM_TILES)
     learner.table[:, 40], learner.table[:, 41] = 0.6, 0.2
-    env, transform = goal_env(SUNAdaptive(), storage, learner, num_envs)
+    env, transform = goal_env(SUNAdaptive(), replay, learner, num_envs)
     policy = EpsilonGreedyPolicy(learner, 4, epsilon=0.0)
     policy.warmup = False
     td = env.reset()  # selected at reset: the chosen candidate's scoring row
@@ -183,7 +183,7 @@ def test_the_policy_acts_on_the_values_the_rule_evaluated(num_envs, monkeypatch)
     # Rules that evaluate nothing per step (episodic) leave NaN: the policy asks the learner.
     from sun_lightning.goals.variants import SUNEpisodic
 
-    env, transform = goal_env(SUNEpisodic(num_candidates=4), storage, learner, num_envs)
+    env, transform = goal_env(SUNEpisodic(num_candidates=4), replay, learner, num_envs)
     td = env.reset()
     td = policy(td)
     nxt = env.step(td)["next"]

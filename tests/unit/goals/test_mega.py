@@ -13,7 +13,7 @@ from scipy.stats import gaussian_kde
 from sun_lightning.goals.density import goal_log_density, kde_log_density
 from sun_lightning.goals.mega import MEGA, MEGACount, MEGACountTD3, MEGATD3, mega_scores
 from sun_lightning.goals.transform import GoalSelectionTransform
-from test_discover_td3 import GAMMA, Ones, PointLearner, point_storage
+from test_discover_td3 import GAMMA, Ones, PointLearner, point_replay
 
 DATA = torch.tensor([[0.0, 0.0], [1.0, 0.5], [2.0, -1.0], [0.5, 2.0], [-1.0, 1.0]], dtype=torch.float64)
 POINTS = torch.tensor([[0.0, 0.0], [3.0, 3.0], [0.5, 0.5]], dtype=torch.float64)
@@ -105,9 +105,15 @@ def test_a_rule_state_survives_a_checkpoint():
         assert again.state_dict() == rule.state_dict()
 
 
-def _transform(rule, points, fn, num_envs):
-    storage = point_storage(points, num_envs)
-    transform = GoalSelectionTransform(rule, storage, Ones(), Learner(fn), num_envs, horizon=100)
+class TwelveThenThree(Ones):
+    """The first 12 entries counted 12 times, the others 3 times."""
+
+    def counts(self, index: torch.Tensor) -> torch.Tensor:
+        return torch.where(index < 12, 12.0, 3.0)
+
+
+def _transform(rule, points, fn, num_envs, counts=None):
+    transform = GoalSelectionTransform(rule, point_replay(points, num_envs, counts), Learner(fn), num_envs, horizon=100)
     transform.active = True
     return transform
 
@@ -137,8 +143,7 @@ def test_mrl_mega_and_the_pseudocount_variant_inside_the_transform():
     transform._select(torch.zeros(1, 2), torch.ones(1, dtype=torch.bool))
     assert transform.goal[0].tolist() == [1.0, 1.0]  # the rare reachable cell; (4, 4) is below the cutoff
     counted = MEGACount(num_candidates=64)
-    transform = _transform(counted, points, reachable, 1)
-    transform.pseudocount = type("Counts", (), {"counts": lambda self, index: torch.where(index < 12, 12.0, 3.0)})()
+    transform = _transform(counted, points, reachable, 1, TwelveThenThree())
     transform._select(torch.zeros(1, 2), torch.ones(1, dtype=torch.bool))
     assert transform.goal[0].tolist() == [1.0, 1.0]
     assert MEGACountTD3.novelty_from == "count" and rule.metrics()["explore/goals/viable"] < 1

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from tests.helpers import TableLearner, filled_storage, goal_env
+from tests.helpers import TableLearner, filled_replay, goal_env
 from sun_lightning import keys
 from sun_lightning.goals.ensemble import DISCOVER, AdaGoal
 from sun_lightning.goals.variants import NoveltyOnly, ReachabilityOnly, SUNAdditive, SUNEpisodic
@@ -111,8 +111,8 @@ def all_candidates(storage, monkeypatch):
 def episodic_setup(rule_name, monkeypatch):
     # tile 5 seen 4 times, tile 20 twice, tile 30 once; all with goal action 1.
     tiles = [5] * 4 + [20] * 2 + [30]
-    storage = filled_storage(tiles, [1] * len(tiles))
-    all_candidates(storage, monkeypatch)
+    replay = filled_replay(tiles, [1] * len(tiles))
+    all_candidates(replay.storage, monkeypatch)
     if rule_name == "sun":
         learner = TableLearner(NUM_TILES)
         learner.table[:, 5], learner.table[:, 20], learner.table[:, 30] = 0.8, 0.5, 0.1
@@ -125,13 +125,13 @@ def episodic_setup(rule_name, monkeypatch):
         learner.table[:, :, 30] = torch.tensor([0.0, 0.24, 0.0, 0.24])[:, None]
         best = {"discover": 20, "adagoal": 30}[rule_name]
         rule = DISCOVER() if rule_name == "discover" else AdaGoal()
-    return storage, learner, rule, best
+    return replay, learner, rule, best
 
 
 @pytest.mark.parametrize("rule_name", ["sun", "discover", "adagoal"])
 def test_episodic_goal_then_random_phase_until_the_episode_ends(rule_name, monkeypatch):
-    storage, learner, rule, best = episodic_setup(rule_name, monkeypatch)
-    env, transform = goal_env(rule, storage, learner, num_envs=1)
+    replay, learner, rule, best = episodic_setup(rule_name, monkeypatch)
+    env, transform = goal_env(rule, replay, learner, num_envs=1)
     td = env.reset()
     assert td[keys.GOAL].argmax(-1).tolist() == [best] and td[keys.GOAL_SELECTED].all()
     assert not td[keys.RANDOM_PHASE].any()

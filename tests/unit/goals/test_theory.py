@@ -8,7 +8,7 @@ import itertools
 import pytest
 import torch
 
-from tests.helpers import TableLearner, filled_storage, goal_env
+from tests.helpers import TableLearner, filled_replay, goal_env
 from sun_lightning import keys
 from sun_lightning.goals import SUNAdaptive
 
@@ -83,14 +83,14 @@ def test_under_exact_values_the_adaptive_check_never_fires_and_the_goal_stays_th
     g = torch.Generator().manual_seed(0)
     tiles = torch.randint(0, ROWS * COLS, (240,), generator=g).tolist()  # uneven counts, all three rooms
     actions = torch.randint(0, 4, (240,), generator=g).tolist()
-    storage = filled_storage(tiles, actions, num_envs=num_envs)
-    n = len(storage)
-    monkeypatch.setattr(storage, "sample_index", lambda shape, generator=None: torch.arange(n).expand(*shape[:-1], n))
+    replay = filled_replay(tiles, actions, num_envs=num_envs)
+    n = len(replay)
+    monkeypatch.setattr(replay.storage, "sample_index", lambda shape, generator=None: torch.arange(n).expand(*shape[:-1], n))
     learner = TableLearner(ROWS * COLS)
     learner.table[:] = exact_values()
-    env, transform = goal_env(SUNAdaptive(), storage, learner, num_envs)
+    env, transform = goal_env(SUNAdaptive(), replay, learner, num_envs)
     stored_tiles, stored_actions = torch.tensor(tiles[:n]), torch.tensor(actions[:n])
-    counts = storage.counts(torch.arange(n)).float()
+    counts = replay.counts(torch.arange(n)).float()
     td = env.reset()
     reached = 0
     for _ in range(60):

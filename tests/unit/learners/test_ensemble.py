@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from tests.helpers import THREE_ROOM, filled_storage, goal_env
+from tests.helpers import THREE_ROOM, filled_replay, goal_env
 from sun_lightning import keys
 from sun_lightning.learners.ensemble_dqn import EnsembleDQNSVF
 from sun_lightning.envs.registry import goal_space
@@ -205,10 +205,10 @@ def test_discover_selects_with_the_ensemble_through_the_transform(monkeypatch):
     torch.manual_seed(0)
     learner = EnsembleDQNSVF(goal_space(THREE_ROOM), init_std=0.3)
     tiles = list(range(10, 30))
-    storage = filled_storage(tiles, [t % 4 for t in tiles])
-    n = len(storage)
+    replay = filled_replay(tiles, [t % 4 for t in tiles])
+    storage, n = replay.storage, len(replay)
     monkeypatch.setattr(storage, "sample_index", lambda shape, generator=None: torch.arange(n).expand(*shape[:-1], n))
-    env, transform = goal_env(DISCOVER(), storage, learner, num_envs=2)
+    env, transform = goal_env(DISCOVER(), replay, learner, num_envs=2)
     td = env.reset()
     candidates = storage.space.project(storage.get(torch.arange(n))[keys.OBS]).expand(2, n, -1)
     values = learner.goal_values(td[keys.OBS], candidates, torch.tensor([t % 4 for t in tiles]).expand(2, n))[0]

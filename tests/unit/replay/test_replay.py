@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.helpers import THREE_ROOM, filled_storage
+from tests.helpers import THREE_ROOM, filled_replay
 from sun_lightning import keys
 from sun_lightning.replay.hindsight import SegmentedHindsightSampler
 
@@ -21,21 +21,21 @@ def test_exact_counts_match_brute_force_with_eviction():
     g = torch.Generator().manual_seed(0)
     tiles = torch.randint(0, 6, (400,), generator=g).tolist()
     actions = torch.randint(0, 4, (400,), generator=g).tolist()
-    storage = filled_storage(tiles, actions, num_envs=4, capacity=120)
-    assert len(storage) == 120 and len(storage.pseudocount) == 120
-    torch.testing.assert_close(storage.counts(torch.arange(120)), brute_force_counts(storage))
+    replay = filled_replay(tiles, actions, num_envs=4, capacity=120)
+    assert len(replay) == 120 and len(replay.pseudocount) == 120
+    torch.testing.assert_close(replay.counts(torch.arange(120)), brute_force_counts(replay.storage))
     # The visit table holds the last 120 inserts exactly.
     expected = torch.zeros(72 * 4, dtype=torch.long)
     for tile, action in zip(tiles[-120:], actions[-120:]):
         expected[tile * 4 + action] += 1
-    assert torch.equal(storage.pseudocount.visits(), expected)
+    assert torch.equal(replay.pseudocount.visits(), expected)
 
 
 def test_sequences_are_consecutive_steps_of_one_env():
     num_envs, steps = 3, 50
     # Encode (step, env) in the tile so the order can be read back.
     tiles = [(s * num_envs + e) % 72 for s in range(steps) for e in range(num_envs)]
-    storage = filled_storage(tiles, [0] * len(tiles), num_envs=num_envs, capacity=90)
+    storage = filled_replay(tiles, [0] * len(tiles), num_envs=num_envs, capacity=90).storage
     index = storage.sequence_index(200, 16, torch.Generator().manual_seed(1))
     flat = storage.get(index)[keys.OBS].argmax(-1)
     assert index.shape == (200, 16)
@@ -54,7 +54,7 @@ def test_segmented_batch_layout_rewards_and_goals():
     num_envs, steps = 2, 200
     tiles = torch.randint(0, 72, (steps * num_envs,), generator=g).tolist()
     actions = torch.randint(0, 4, (steps * num_envs,), generator=g).tolist()
-    storage = filled_storage(tiles, actions, num_envs=num_envs, capacity=1000)
+    storage = filled_replay(tiles, actions, num_envs=num_envs, capacity=1000).storage
     sampler = SegmentedHindsightSampler()
     check_segmented_batch(sampler.sample(storage, generator=g))
     assert sampler.rows == 2048
@@ -66,7 +66,7 @@ def test_several_batches_in_one_draw_are_each_a_batch(count):
     num_envs, steps = 2, 200
     tiles = torch.randint(0, 72, (steps * num_envs,), generator=g).tolist()
     actions = torch.randint(0, 4, (steps * num_envs,), generator=g).tolist()
-    storage = filled_storage(tiles, actions, num_envs=num_envs, capacity=1000)
+    storage = filled_replay(tiles, actions, num_envs=num_envs, capacity=1000).storage
     batches = SegmentedHindsightSampler().sample(storage, generator=g, count=count)
     assert batches.batch_size == (count,)
     for batch in batches.unbind(0):

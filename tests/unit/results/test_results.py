@@ -9,7 +9,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from tests.helpers import THREE_ROOM, TableLearner, filled_storage, one_hot
+from tests.helpers import THREE_ROOM, TableLearner, filled_replay, one_hot
 from sun_lightning import keys
 from sun_lightning.envconfig.layout import LAYOUTS
 from sun_lightning.envs.registry import goal_space
@@ -165,10 +165,10 @@ def test_value_map_reads_the_learner_over_the_grid():
 def test_score_map_is_the_rules_score_of_the_visited_cells():
     space = goal_space(THREE_ROOM)
     # tile 3 visited 3 times (actions 0, 0, 1), tile 20 once: counts n(3, 0) = 2, n(3, 1) = 1, n(20, 2) = 1
-    storage = filled_storage([3, 3, 3, 20], [0, 0, 1, 2])
+    replay = filled_replay([3, 3, 3, 20], [0, 0, 1, 2])
     learner = TableLearner(space.obs_dim)
     learner.table[0, 3], learner.table[0, 20] = 0.8, 0.3
-    scores = score_map(learner, SUNAdaptive(), GoalGrid.of(THREE_ROOM), storage, storage.pseudocount,
+    scores = score_map(learner, SUNAdaptive(), GoalGrid.of(THREE_ROOM), replay.storage, replay.pseudocount,
                        one_hot(0, space.obs_dim))
     # SUN: V/n, the best goal action per tile: tile 3 max(0.8/2, 0.8/1) = 0.8, tile 20: 0.3/1
     assert scores[0, 3] == pytest.approx(0.8) and scores[2, 4] == pytest.approx(0.3)
