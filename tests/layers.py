@@ -65,6 +65,17 @@ def imports_of(path: Path) -> set[str]:
     return {name for name in out if owner(name) is not None}
 
 
+#: The packages that may read ``trainer.datamodule`` (or any ``.datamodule``): the exploration itself, whose
+#: :func:`~sun_lightning.exploration.view.run_view` hands every other reader a typed view of the run.
+DATAMODULE_READERS = {"exploration"}
+
+
+def datamodule_reads(path: Path) -> list[int]:
+    """The lines of ``path`` that reach through a ``.datamodule`` attribute (``trainer.datamodule.frames``, say)."""
+    return sorted(node.lineno for node in ast.walk(ast.parse(path.read_text()))
+                  if isinstance(node, ast.Attribute) and node.attr == "datamodule")
+
+
 def files() -> list[Path]:
     return sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" or p.parent != PACKAGE)
 
