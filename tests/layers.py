@@ -110,11 +110,11 @@ def architecture_table() -> str:
 
 
 def step_order() -> str:
-    """The loop of :func:`sun_lightning.exploration.loop.learning_stream`, as a code block (its source)."""
+    """The loop of :func:`sun_lightning.exploration.loop.collect`, as a code block (its source)."""
     path = PACKAGE / "exploration" / "loop.py"
     source = path.read_text()
     stream = next(node for node in ast.walk(ast.parse(source))
-                  if isinstance(node, ast.FunctionDef) and node.name == "learning_stream")
+                  if isinstance(node, ast.FunctionDef) and node.name == "collect")
     loop = next(node for node in stream.body if isinstance(node, ast.While))
     return "```python\n" + textwrap.dedent(" " * loop.col_offset + ast.get_source_segment(source, loop)) + "\n```\n"
 

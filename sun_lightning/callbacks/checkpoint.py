@@ -82,6 +82,7 @@ class FrameCheckpoint(ModelCheckpoint):
             # Ctrl-C ends the run between two vector steps, with a checkpoint, instead of inside an update.
             self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
         run.events.subscribe("frames", self._on_frames)
+        run.events.subscribe("trained", self._on_trained)
         if self.dirpath is None:
             name = name_of_run(run.env_id, type(run.selector).__name__, run.run_seed)
             self.dirpath = str(Path(trainer.default_root_dir) / name)
@@ -124,15 +125,20 @@ class FrameCheckpoint(ModelCheckpoint):
             signal.signal(signal.SIGINT, previous)
             self._previous_sigint = None
         self._run.events.unsubscribe("frames", self._on_frames)
+        self._run.events.unsubscribe("trained", self._on_trained)
 
-    # Lightning's own triggers (steps, epochs, validation) are replaced by the frame counter.
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args, **kwargs) -> None:
-        frames = self._run.frames
+    def _on_trained(self, frames: int) -> None:
+        # After a training step's update, before the env steps on (exploration/prefetch.py).
+        trainer = self._trainer_ref
         if self._stop_now(trainer):
             self.save(trainer)
             trainer.should_stop = True
         elif self._schedule.tick(frames):
             self.save(trainer)
+
+    # Lightning's own triggers (steps, epochs, validation) are replaced by the loop's events.
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args, **kwargs) -> None:
+        pass
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         pass
