@@ -147,7 +147,7 @@ class ExplorationDataModule(pl.LightningDataModule):
         return Budget(self.total_frames, self.warmup_frames, self.updates_per_frame,
                       learns=self.selector.learns and self.updates_per_frame > 0)
 
-    # ---- what callbacks read -----------------------------------------------------------------
+    # ---- what callbacks read (their view: exploration/view.py's RunView) ------------------------
     @property
     def frames(self) -> int:
         """Env frames of the whole job so far (every rank's under DDP)."""

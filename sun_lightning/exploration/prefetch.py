@@ -7,7 +7,7 @@ Lightning's data loading, before the update in flight. Here the loader only hand
 and the loop runs in :meth:`TrainingSteps.on_train_batch_end`, after the update of the training step that ends::
 
     training step k      the learner's updates on the batches of item k              (learners/base.py)
-    after its update     ``trained``: a checkpoint due, Ctrl-C                       (callbacks/checkpoint.py)
+    after its update     ``trained``: a checkpoint due, Ctrl-C (not after a placeholder) (callbacks/checkpoint.py)
                          the env steps up to the next one that owes updates, each
                          with its ``goals`` and ``frames`` events → item k + 2        (loop.collect)
 
@@ -59,6 +59,7 @@ class TrainingSteps(pl.Callback):
         self.x, self.budget = x, budget
         self._ready: deque[list[TensorDict]] = deque()  # collected, not handed to Lightning yet
         self._placeholders = 0  # placeholders handed out whose training step has not started
+        self._placeholder = False  # the training step running trains a placeholder
 
     def items(self) -> Iterator[list[TensorDict]]:
         """What Lightning's loader yields in one session: the placeholders, then each item as it is collected."""
@@ -76,14 +77,16 @@ class TrainingSteps(pl.Callback):
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch, batch_idx: int) -> None:
         # Lightning trains the items in the order they were yielded: the placeholders first.
-        if self._placeholders:
+        self._placeholder = self._placeholders > 0
+        if self._placeholder:
             self._placeholders -= 1
         else:
             self.x.untrained.popleft()
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args, **kwargs) -> None:
         x = self.x
-        x.events.emit("trained", x.frames)
+        if not self._placeholder:  # a placeholder's step trained nothing (no checkpoint is due after it)
+            x.events.emit("trained", x.frames)
         if not continues(trainer):
             return
         item = collect(x, self.budget, lambda: trainer.should_stop)

@@ -207,12 +207,10 @@ def test_the_events_of_a_step_fire_after_the_update_of_a_training_step_never_ins
     steps = TrainingSteps(x, Budget(total_frames=10, warmup_frames=4, updates_per_frame=0.5, learns=True))
     trained = lightning_fit(steps, x.agent, log)
     assert [len(item) for item in trained] == [0, 0, 1, 1, 1]  # two placeholders, then frames 6, 8 and 10's update
-    # Every training step ends with ``trained``; the env steps after it, with each step's frames. A step acts with
-    # the networks of two training steps before (the update counts logged with it), and its batch is trained two
-    # training steps later (the entries D held when it was drawn).
-    assert log == [("trained", 0),
-                   ("step", 1, 0), ("frames", 2), ("step", 2, 0), ("frames", 4), ("step", 3, 0), ("frames", 6),
-                   ("trained", 6),
+    # Every training step ends with ``trained`` (but a placeholder's, which trained nothing); the env steps after it,
+    # with each step's frames. A step acts with the networks of two training steps before (the update counts logged
+    # with it), and its batch is trained two training steps later (the entries D held when it was drawn).
+    assert log == [("step", 1, 0), ("frames", 2), ("step", 2, 0), ("frames", 4), ("step", 3, 0), ("frames", 6),
                    ("step", 4, 0), ("frames", 8),
                    ("update", 6), ("trained", 8),
                    ("step", 5, 1), ("frames", 10),
