@@ -65,6 +65,17 @@ def imports_of(path: Path) -> set[str]:
     return {name for name in out if owner(name) is not None}
 
 
+#: The packages that may read ``trainer.datamodule`` (or any ``.datamodule``): the exploration itself, whose
+#: :func:`~sun_lightning.exploration.view.run_view` hands every other reader a typed view of the run.
+DATAMODULE_READERS = {"exploration"}
+
+
+def datamodule_reads(path: Path) -> list[int]:
+    """The lines of ``path`` that reach through a ``.datamodule`` attribute (``trainer.datamodule.frames``, say)."""
+    return sorted(node.lineno for node in ast.walk(ast.parse(path.read_text()))
+                  if isinstance(node, ast.Attribute) and node.attr == "datamodule")
+
+
 def files() -> list[Path]:
     return sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" or p.parent != PACKAGE)
 
@@ -99,11 +110,11 @@ def architecture_table() -> str:
 
 
 def step_order() -> str:
-    """The loop of :func:`sun_lightning.exploration.loop.learning_stream`, as a code block (its source)."""
+    """The loop of :func:`sun_lightning.exploration.loop.collect`, as a code block (its source)."""
     path = PACKAGE / "exploration" / "loop.py"
     source = path.read_text()
     stream = next(node for node in ast.walk(ast.parse(source))
-                  if isinstance(node, ast.FunctionDef) and node.name == "learning_stream")
+                  if isinstance(node, ast.FunctionDef) and node.name == "collect")
     loop = next(node for node in stream.body if isinstance(node, ast.While))
     return "```python\n" + textwrap.dedent(" " * loop.col_offset + ast.get_source_segment(source, loop)) + "\n```\n"
 

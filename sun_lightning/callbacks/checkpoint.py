@@ -26,6 +26,7 @@ from sun_lightning.callbacks.schedule import EveryFrames
 from sun_lightning.checkpoints import integrity
 from sun_lightning.domains import AT_LEAST_ONE, check_arguments
 from sun_lightning.errors import NonFiniteLossError
+from sun_lightning.exploration.view import RunView, run_view
 from sun_lightning.checkpoints.identity import FORMAT, FORMAT_KEY, RUN_KEY, migrate, run_identity
 from sun_lightning.checkpoints.integrity import LAST
 from sun_lightning.tracking.naming import name_of_run
@@ -70,18 +71,20 @@ class FrameCheckpoint(ModelCheckpoint):
         self.every_frames, self.keep = every_frames, keep
         self._schedule = EveryFrames(every_frames)
         self._saved: list[str] = []
+        self._run: RunView | None = None
         self.interrupted = False  # set by Ctrl-C (SIGINT)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.interrupted = False
         self._trainer_ref = trainer
+        run = self._run = run_view(trainer)
         if threading.current_thread() is threading.main_thread():
             # Ctrl-C ends the run between two vector steps, with a checkpoint, instead of inside an update.
             self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
-        trainer.datamodule.events.subscribe("frames", self._on_frames)
+        run.events.subscribe("frames", self._on_frames)
+        run.events.subscribe("trained", self._on_trained)
         if self.dirpath is None:
-            dm = trainer.datamodule
-            name = name_of_run(dm.env_id, type(dm.selector).__name__, dm.run_seed)
+            name = name_of_run(run.env_id, type(run.selector).__name__, run.run_seed)
             self.dirpath = str(Path(trainer.default_root_dir) / name)
         if trainer.is_global_zero:
             for part in integrity.stale_parts(self.dirpath):  # writes a killed run never finished
@@ -106,7 +109,7 @@ class FrameCheckpoint(ModelCheckpoint):
     def _on_frames(self, frames: int) -> None:
         # During the warm-up no training step ends; after it, the stop waits for the step's update.
         trainer = self._trainer_ref
-        if frames <= trainer.datamodule.warmup_frames and self._stop_now(trainer):
+        if frames <= self._run.warmup_frames and self._stop_now(trainer):
             self.save(trainer)
             trainer.should_stop = True
 
@@ -121,16 +124,21 @@ class FrameCheckpoint(ModelCheckpoint):
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
             self._previous_sigint = None
-        trainer.datamodule.events.unsubscribe("frames", self._on_frames)
+        self._run.events.unsubscribe("frames", self._on_frames)
+        self._run.events.unsubscribe("trained", self._on_trained)
 
-    # Lightning's own triggers (steps, epochs, validation) are replaced by the frame counter.
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args, **kwargs) -> None:
-        frames = trainer.datamodule.frames
+    def _on_trained(self, frames: int) -> None:
+        # After a training step's update, before the env steps on (exploration/prefetch.py).
+        trainer = self._trainer_ref
         if self._stop_now(trainer):
             self.save(trainer)
             trainer.should_stop = True
         elif self._schedule.tick(frames):
             self.save(trainer)
+
+    # Lightning's own triggers (steps, epochs, validation) are replaced by the loop's events.
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args, **kwargs) -> None:
+        pass
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         pass
@@ -139,12 +147,12 @@ class FrameCheckpoint(ModelCheckpoint):
         pass
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.datamodule.frames != self._last_frames():
+        if self._run.frames != self._last_frames():
             self.save(trainer)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        if isinstance(exception, NonFiniteLossError) and trainer.datamodule is not None:
-            exception.frames = trainer.datamodule.frames
+        if isinstance(exception, NonFiniteLossError) and self._run is not None:
+            exception.frames = self._run.frames
             if exception.applied:  # the networks took the bad step: the last good state is the last one written
                 exception.checkpoint = self._saved[-1] if self._saved else None
                 return
@@ -156,7 +164,7 @@ class FrameCheckpoint(ModelCheckpoint):
 
     def save(self, trainer: pl.Trainer) -> str:
         """Write ``frames=<N>.ckpt`` and ``last.ckpt`` now; returns the frames checkpoint's path."""
-        frames = trainer.datamodule.frames
+        frames = self._run.frames
         path = os.path.join(self.dirpath, f"frames={frames:09d}.ckpt")
         self._writing = path  # in the list of saved files the checkpoint holds, so a resumed run deletes it in turn
         self._save_checkpoint(trainer, path)
@@ -184,15 +192,20 @@ class FrameCheckpoint(ModelCheckpoint):
         trainer.save_checkpoint(part, self.save_weights_only)
         if trainer.is_global_zero:
             # read back for its size and checksum, then renamed: atomic on POSIX, readers see old or new
-            integrity.install(part, filepath, run_identity(trainer))
+            integrity.install(part, filepath, self._identity(trainer))
         self._last_global_step_saved = trainer.global_step
         self._last_checkpoint_saved = filepath
+
+    def _identity(self, trainer: pl.Trainer) -> dict:
+        run = self._run
+        return run_identity(trainer.lightning_module, env_id=run.env_id, selector=type(run.selector).__name__,
+                            seed=run.run_seed, frames=run.frames, num_envs=run.num_envs, layout=run.layout)
 
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
         migrate(checkpoint)  # a format-1 checkpoint (before identities were recorded) loads as it is; it gains the fields
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
-        checkpoint[FORMAT_KEY], checkpoint[RUN_KEY] = FORMAT, run_identity(trainer)
+        checkpoint[FORMAT_KEY], checkpoint[RUN_KEY] = FORMAT, self._identity(trainer)
         # A resumed launch continues this MLflow run (the CLI reads it back before creating its logger).
         for logger in trainer.loggers:
             if isinstance(logger, MLFlowLogger):

@@ -14,6 +14,7 @@ from gymnasium.vector import AutoresetMode
 from sun_lightning.callbacks.schedule import EveryFrames
 from sun_lightning.envs.eval_goals import configured_eval_goals
 from sun_lightning.errors import ConfigError
+from sun_lightning.exploration.view import RunView, run_view
 from sun_lightning.metrics.evaluation import SUCCESS, EvalResult, GoalEvaluator, policy_of
 from sun_lightning.checkpoints.rng import rng_state, set_rng_state
 
@@ -58,6 +59,7 @@ class GoalEvaluation(pl.Callback):
         self.latest_frames = -1  # the env frames of ``latest``
         self._evaluator: GoalEvaluator | None = None
         self._schedule, self._last = EveryFrames(self.every_frames), -1
+        self._run: RunView | None = None
 
     @property
     def enabled(self) -> bool:
@@ -66,30 +68,30 @@ class GoalEvaluation(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if not self.enabled:
             return
-        dm = trainer.datamodule
-        goals = configured_eval_goals(dm.env_id, dm.goal_space, self.goals, self.max_goals).subset(self.max_goals)
-        self._trainer, self._module, self._datamodule = trainer, pl_module, dm
-        dm.events.subscribe("frames", self._on_frames)
+        run = self._run = run_view(trainer)
+        goals = configured_eval_goals(run.env_id, run.goal_space, self.goals, self.max_goals).subset(self.max_goals)
+        self._trainer, self._module = trainer, pl_module
+        run.events.subscribe("frames", self._on_frames)
         if trainer.is_global_zero and self._evaluator is None:
             state = rng_state()  # building envs draws nothing from the global generators; made sure of here
             try:
-                custom = getattr(dm, "custom", None)
+                custom = run.custom
                 if custom is None:
-                    self._evaluator = GoalEvaluator(dm.env_id, goals, self.seed)
+                    self._evaluator = GoalEvaluator(run.env_id, goals, self.seed)
                 else:  # the user's environment, built as for training but with SAME_STEP autoreset
                     make_vec = partial(custom.make_vec, autoreset_mode=AutoresetMode.SAME_STEP)
                     horizon = gymnasium.spec(custom.gym_id).max_episode_steps
                     if not horizon:
-                        raise ConfigError(f"eval.every_frames: {dm.env_id} has no episode horizon "
+                        raise ConfigError(f"eval.every_frames: {run.env_id} has no episode horizon "
                                           "(max_episode_steps) to evaluate within; set eval.every_frames 0")
-                    self._evaluator = GoalEvaluator(dm.env_id, goals, self.seed, make_vec, horizon)
+                    self._evaluator = GoalEvaluator(run.env_id, goals, self.seed, make_vec, horizon)
                 self._evaluator.env()
             finally:
                 set_rng_state(state)
 
     def _on_frames(self, frames: int) -> None:
         # Also at the last frame, before the results' last snapshot (registered after this) draws the success map.
-        if self._schedule.due(frames) or (frames >= self._datamodule.total_frames and frames != self._last):
+        if self._schedule.due(frames) or (frames >= self._run.total_frames and frames != self._last):
             self._schedule.advance(frames)
             self.evaluate(frames)
 
@@ -98,12 +100,12 @@ class GoalEvaluation(pl.Callback):
         self._last = frames
         if not self._trainer.is_global_zero:
             return {}
-        dm, start = self._datamodule, time.perf_counter()
+        run, start = self._run, time.perf_counter()
         state = rng_state()
         try:
             with torch.no_grad():
-                act = policy_of(self._module, dm.goal_space, dm.selector.uses_goals, self.seed)
-                scale = dm.scale()
+                act = policy_of(self._module, run.goal_space, run.selector.uses_goals, self.seed)
+                scale = run.scale()
                 self.latest = self._evaluator.run(act, None if scale is None else scale.cpu())
                 self.latest_frames = frames
         finally:
@@ -123,12 +125,12 @@ class GoalEvaluation(pl.Callback):
         return metrics
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.enabled and self._datamodule.frames != self._last:
-            self.evaluate(self._datamodule.frames)
+        if self.enabled and self._run.frames != self._last:
+            self.evaluate(self._run.frames)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if trainer.datamodule is not None:
-            trainer.datamodule.events.unsubscribe("frames", self._on_frames)
+        if self._run is not None:
+            self._run.events.unsubscribe("frames", self._on_frames)
         if self._evaluator is not None:
             self._evaluator.close()
             self._evaluator = None

@@ -8,6 +8,7 @@ import lightning.pytorch as pl
 
 from sun_lightning.callbacks.schedule import EveryFrames
 from sun_lightning.exploration.distributed import mean_over_ranks
+from sun_lightning.exploration.view import RunView, run_view
 from sun_lightning.domains import PositiveInt, check_arguments
 from sun_lightning.metrics.behaviour import behaviour_metrics
 from sun_lightning.metrics.exploration import exploration_metrics
@@ -48,33 +49,34 @@ class ExplorationLogger(pl.Callback):
         check_arguments(ExplorationLogger.__init__, {"log_every_frames": log_every_frames})
         self.log_every_frames, self.knn_entropy, self.verbose = log_every_frames, knn_entropy, verbose
         self.final: dict[str, float] = {}
+        self._run: RunView | None = None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._datamodule = trainer.datamodule
+        self._run = run_view(trainer)
         self._trainer, self._module = trainer, pl_module
         self._schedule, self._last_time, self._last_frames = EveryFrames(self.log_every_frames), time.perf_counter(), 0
         self._started, self._seconds_before = time.perf_counter(), 0.0
-        self._datamodule.events.subscribe("frames", self._on_frames)
+        self._run.events.subscribe("frames", self._on_frames)
 
     def _on_frames(self, frames: int) -> None:
         if self._schedule.tick(frames):
             self.log_now(frames)
 
     def log_now(self, frames: int) -> dict[str, float]:
-        dm, trainer = self._datamodule, self._trainer
+        run, trainer = self._run, self._trainer
         now = time.perf_counter()
-        window, train = dm.window.pop(), self._module.pop_train_metrics()
+        window, train = run.window.pop(), self._module.pop_train_metrics()
         if trainer.world_size > 1:  # every rank's updates (D and the window are the job's on every rank already)
             strategy = trainer.strategy
             train = mean_over_ranks(train, lambda t: strategy.reduce(t.to(strategy.root_device), reduce_op="mean").cpu())
             if not trainer.is_global_zero:
                 self._last_frames = frames  # the schedule of every rank stays rank 0's
                 return {}
-        visits = dm.pseudocount.visits() if dm.goal_space.exact_counts else None
-        metrics = exploration_metrics(dm.storage, visits, knn=self.knn_entropy)
-        metrics.update(behaviour_metrics(dm.storage, self._last_frames // dm.storage.num_envs))
+        visits = run.pseudocount.visits() if run.goal_space.exact_counts else None
+        metrics = exploration_metrics(run.storage, visits, knn=self.knn_entropy)
+        metrics.update(behaviour_metrics(run.storage, self._last_frames // run.storage.num_envs))
         metrics.update(window)
-        metrics.update(dm.selector.metrics())
+        metrics.update(run.selector.metrics())
         metrics.update(train)
         metrics["perf/speed/frames_per_second"] = (frames - self._last_frames) / max(now - self._last_time, 1e-9)
         self._last_time, self._last_frames = now, frames
@@ -105,7 +107,7 @@ class ExplorationLogger(pl.Callback):
         self._seconds_before = state_dict.get("seconds", 0.0)  # checkpoints written before the clock: from here
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        frames = self._datamodule.frames
+        frames = self._run.frames
         if frames != self._last_frames:
             self.final = self.log_now(frames)
         seconds = self.run_seconds()
@@ -118,5 +120,5 @@ class ExplorationLogger(pl.Callback):
             logger.save()
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if trainer.datamodule is not None:
-            trainer.datamodule.events.unsubscribe("frames", self._on_frames)
+        if self._run is not None:
+            self._run.events.unsubscribe("frames", self._on_frames)

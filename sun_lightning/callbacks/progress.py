@@ -13,6 +13,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ProgressBar
 from tqdm.auto import tqdm
 
+from sun_lightning.exploration.view import RunView, run_view
+
 COVERAGE = "explore/visits/coverage"
 
 
@@ -35,6 +37,7 @@ class FrameProgressBar(ProgressBar):
         self._enabled = True
         self._bar: tqdm | None = None
         self._shown = 0
+        self._run: RunView | None = None
 
     def disable(self) -> None:
         self._enabled = False
@@ -43,14 +46,15 @@ class FrameProgressBar(ProgressBar):
         self._enabled = True
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        datamodule = trainer.datamodule
-        if not self._enabled or datamodule is None or not trainer.is_global_zero:
+        run = run_view(trainer, required=False)
+        if not self._enabled or run is None or not trainer.is_global_zero:
             return
-        self._bar = tqdm(total=datamodule.total_frames, initial=datamodule.frames, unit="frame", unit_scale=True,
+        self._run = run
+        self._bar = tqdm(total=run.total_frames, initial=run.frames, unit="frame", unit_scale=True,
                          desc="frames", dynamic_ncols=True, file=sys.stderr, leave=True,
                          disable=None if not self.force else False, smoothing=0.1)
-        self._shown = datamodule.frames
-        datamodule.events.subscribe("frames", self._on_frames)
+        self._shown = run.frames
+        run.events.subscribe("frames", self._on_frames)
 
     def _on_frames(self, frames: int) -> None:
         bar = self._bar
@@ -78,9 +82,8 @@ class FrameProgressBar(ProgressBar):
             print(*args, sep=sep, flush=True, **kwargs)
 
     def _close(self) -> None:
-        datamodule = self.trainer.datamodule if self._trainer is not None else None
-        if datamodule is not None:
-            datamodule.events.unsubscribe("frames", self._on_frames)
+        if self._run is not None:
+            self._run.events.unsubscribe("frames", self._on_frames)
         if self._bar is not None:
             self._bar.close()
             self._bar = None

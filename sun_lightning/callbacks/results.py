@@ -13,7 +13,9 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
+
 from sun_lightning import keys
+from sun_lightning.exploration.view import RunView, run_view
 from sun_lightning.tracking.logger import SUNMLFlowLogger
 from sun_lightning.results.curves import CURVES, run_curves_figure
 from sun_lightning.results.goal_grid import GoalGrid
@@ -49,6 +51,7 @@ class ResultsLogger(pl.Callback):
         self.fractions = sorted(set(fractions))
         self._loggers: list[SUNMLFlowLogger] = []
         self._title: str | None = None
+        self._run: RunView | None = None
 
     # ---- wiring ------------------------------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -56,18 +59,18 @@ class ResultsLogger(pl.Callback):
         if not self._loggers or not trainer.is_global_zero:
             self._loggers = []
             return
-        self._trainer, self._module, dm = trainer, pl_module, trainer.datamodule
-        self._datamodule, self._grid = dm, GoalGrid.of(dm.env_id)
-        self._due = [(math.ceil(f * dm.total_frames), round(100 * f)) for f in self.fractions]
+        self._trainer, self._module, run = trainer, pl_module, run_view(trainer)
+        self._run, self._grid = run, GoalGrid.of(run.env_id)
+        self._due = [(math.ceil(f * run.total_frames), round(100 * f)) for f in self.fractions]
         self._selected: list[torch.Tensor] = []
         self._reached: list[torch.Tensor] = []
-        dm.events.subscribe("goals", self._on_goals)
-        dm.events.subscribe("frames", self._on_frames)
+        run.events.subscribe("goals", self._on_goals)
+        run.events.subscribe("frames", self._on_frames)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if trainer.datamodule is not None:
-            trainer.datamodule.events.unsubscribe("goals", self._on_goals)
-            trainer.datamodule.events.unsubscribe("frames", self._on_frames)
+        if self._run is not None:
+            self._run.events.unsubscribe("goals", self._on_goals)
+            self._run.events.unsubscribe("frames", self._on_frames)
 
     def _on_goals(self, goals: dict[str, torch.Tensor]) -> None:
         """Keep the goals selected and reached at this step (:data:`~sun_lightning.exploration.stats.GOAL_VIEW`)."""
@@ -83,9 +86,12 @@ class ResultsLogger(pl.Callback):
     def log_heatmaps(self, frames: int, percent: int) -> None:
         """Take a snapshot now and log its picture and numbers; the goal window starts afresh."""
         evaluation = next((cb for cb in self._trainer.callbacks if getattr(cb, "latest", None) is not None), None)
-        snapshot = take_snapshot(self._datamodule, self._module, self._grid, self._selected, self._reached,
-                                 frames, percent, evaluation and evaluation.latest,
-                                 getattr(evaluation, "latest_frames", -1))
+        run = self._run
+        snapshot = take_snapshot(self._module, self._grid, self._selected, self._reached, frames, percent,
+                                 env_id=run.env_id, storage=run.storage, pseudocount=run.pseudocount,
+                                 space=run.goal_space, selector=run.selector,
+                                 evaluation=evaluation and evaluation.latest,
+                                 eval_frames=getattr(evaluation, "latest_frames", -1))
         self._selected, self._reached = [], []
         with tempfile.TemporaryDirectory() as tmp:
             stem = Path(tmp) / f"heatmaps_{percent:03d}"
@@ -96,10 +102,10 @@ class ResultsLogger(pl.Callback):
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not self._loggers:
             return
-        frames = self._datamodule.frames
+        frames = self._run.frames
         if self._due and frames > 0:
             # The run stopped before its budget (max_steps, an interruption): a last snapshot where it stopped.
-            self.log_heatmaps(frames, round(100 * frames / self._datamodule.total_frames))
+            self.log_heatmaps(frames, round(100 * frames / self._run.total_frames))
             self._due = []
         logger = self._loggers[0]
         histories = {}

@@ -49,14 +49,16 @@ def model_arguments(hparams: dict) -> dict[str, Any]:
     return _plain({key: value for key, value in hparams.items() if not key.startswith("_") and key != "goal_space"})
 
 
-def run_identity(trainer) -> dict[str, Any]:
-    """The identity of the run ``trainer`` fits (stored in each checkpoint and its sidecar)."""
-    dm, model = trainer.datamodule, trainer.lightning_module
+def run_identity(model, *, env_id: str, selector: str, seed: int, frames: int, num_envs: int,
+                 layout: str | None) -> dict[str, Any]:
+    """The identity of a run (stored in each checkpoint and its sidecar): its learner ``model`` (a LightningModule,
+    its class and hyperparameters), its environment, selection rule (its class name), seed, env frames so far,
+    ``num_envs`` and gridworld ``layout``."""
     return _plain({
         "format": FORMAT, "version": package_version(),
-        "env_id": dm.env_id, "learner": f"{type(model).__module__}.{type(model).__qualname__}",
-        "method": method_of(type(dm.selector).__name__), "seed": dm.run_seed, "frames": dm.frames,
-        "num_envs": dm.num_envs, "layout": dm.layout, "model": model_arguments(dict(model.hparams)),
+        "env_id": env_id, "learner": f"{type(model).__module__}.{type(model).__qualname__}",
+        "method": method_of(selector), "seed": seed, "frames": frames,
+        "num_envs": num_envs, "layout": layout, "model": model_arguments(dict(model.hparams)),
     })
 
 

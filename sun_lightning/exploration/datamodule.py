@@ -2,9 +2,9 @@
 :mod:`sun_lightning.exploration`.
 
 It checks the ``data`` config, builds the run's :class:`~sun_lightning.exploration.handle.Exploration` in
-``setup()`` (so checkpoints, DDP and ``--print_config`` never see environments), hands Lightning the
-:func:`~sun_lightning.exploration.loop.learning_stream` as its training data, and saves the exploration state
-with the checkpoint under this class's name.
+``setup()`` (so checkpoints, DDP and ``--print_config`` never see environments), installs the loop's
+:class:`~sun_lightning.exploration.prefetch.TrainingSteps` among the trainer's callbacks and hands Lightning what it
+collects as its training data, and saves the exploration state with the checkpoint under this class's name.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from sun_lightning.errors import ConfigError
 from sun_lightning.exploration.build import COUNTS, build
 from sun_lightning.exploration.events import Events
 from sun_lightning.exploration.handle import Exploration
-from sun_lightning.exploration.loop import Budget, learning_stream, whole_steps
+from sun_lightning.exploration.loop import Budget, whole_steps
+from sun_lightning.exploration.prefetch import TrainingSteps
+from sun_lightning.exploration.state import exploration_state, load_exploration_state
 from sun_lightning.exploration.stats import CollectionStats
 from sun_lightning.goals.base import GoalSelector
 from sun_lightning.goals.sun import SUNAdaptive
@@ -109,13 +111,20 @@ class ExplorationDataModule(pl.LightningDataModule):
         self.updates_per_frame, self.sigma_every, self.seed = updates_per_frame, sigma_every, seed
         self.backend, self.storage_device, self.layout = backend, storage_device, layout
         self.counts, self.rho = counts, rho
-        #: What the loop announces (``frames``, ``goals``): callbacks subscribe in their ``setup``.
+        #: What the loop announces (``trained``, ``goals``, ``frames``): callbacks subscribe in their ``setup``.
         self.events = Events()
         self.exploration: Exploration | None = None  # built in setup; after teardown closed, still readable
+        self.steps: TrainingSteps | None = None  # the loop's side of Lightning's training steps, made in setup
 
     def setup(self, stage: str) -> None:
-        if self.exploration is not None and not self.exploration.closed:
-            return
+        if self.exploration is None or self.exploration.closed:
+            self._build()
+        # Last among the callbacks (again on every fit: Lightning moves its checkpoint callbacks to the end when a fit
+        # starts), so that the others' batch-end hooks see a training step before the loop steps the env on.
+        callbacks = self.trainer.callbacks
+        callbacks[:] = [callback for callback in callbacks if not isinstance(callback, TrainingSteps)] + [self.steps]
+
+    def _build(self) -> None:
         learner, strategy = self.trainer.lightning_module, self.trainer.strategy
         self.total_frames, note = whole_steps(self.total_frames, self.num_envs * self.trainer.world_size)
         if note and self.trainer.is_global_zero:
@@ -127,6 +136,7 @@ class ExplorationDataModule(pl.LightningDataModule):
             rho=self.rho, storage_device=self.storage_device, seed=self.seed, rank=self.trainer.global_rank,
             world_size=self.trainer.world_size, gather_device=strategy.root_device, events=self.events,
             device=learner.device)
+        self.steps = TrainingSteps(self.exploration, self.budget)
 
     def teardown(self, stage: str) -> None:
         if self.exploration is not None:
@@ -137,7 +147,7 @@ class ExplorationDataModule(pl.LightningDataModule):
         return Budget(self.total_frames, self.warmup_frames, self.updates_per_frame,
                       learns=self.selector.learns and self.updates_per_frame > 0)
 
-    # ---- what callbacks read -----------------------------------------------------------------
+    # ---- what callbacks read (their view: exploration/view.py's RunView) ------------------------
     @property
     def frames(self) -> int:
         """Env frames of the whole job so far (every rank's under DDP)."""
@@ -172,22 +182,14 @@ class ExplorationDataModule(pl.LightningDataModule):
         return DataLoader(_Stream(self), batch_size=None, num_workers=0, collate_fn=_identity)
 
     def stream(self) -> Iterator[list[TensorDict]]:
-        """The run's learning batches (:func:`~sun_lightning.exploration.loop.learning_stream`); at its end the trainer
-        stops, whatever Lightning's epoch count (a resumed run may have restored a finished epoch)."""
-        yield from learning_stream(self.exploration, self.budget, self._should_stop)
+        """The run's learning batches as the loop collects them (:mod:`~sun_lightning.exploration.prefetch`); at their
+        end the trainer stops, whatever Lightning's epoch count (a resumed run may have restored a finished epoch)."""
+        yield from self.steps.items()
         if self.trainer is not None:
             self.trainer.should_stop = True
 
-    def _should_stop(self) -> bool:
-        return self.trainer is not None and self.trainer.should_stop
-
     def transfer_batch_to_device(self, batch: list[TensorDict], device: torch.device, dataloader_idx: int) -> list[TensorDict]:
-        """Move the learning batches to the learner's device, unless they are there already (D lives there).
-
-        Lightning calls this right before the training step of ``batch``: from here on it is trained."""
-        untrained = self.exploration.untrained if self.exploration is not None else None
-        if untrained and untrained[0] is batch:
-            untrained.popleft()
+        """Move the learning batches to the learner's device, unless they are there already (D lives there)."""
         if all(td.device == device for td in batch):
             return batch
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
@@ -195,11 +197,11 @@ class ExplorationDataModule(pl.LightningDataModule):
     # ---- checkpoints ---------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """The exploration state a checkpoint holds (:mod:`sun_lightning.exploration.state`); empty before ``setup``."""
-        return self.exploration.state_dict() if self.exploration is not None and not self.exploration.closed else {}
+        return exploration_state(self.exploration) if self.exploration is not None and not self.exploration.closed else {}
 
     def load_state_dict(self, state_dict: dict) -> None:
         if state_dict:
-            self.exploration.load_state_dict(state_dict)
+            load_exploration_state(self.exploration, state_dict)
 
 
 class _Stream(IterableDataset):

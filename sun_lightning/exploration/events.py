@@ -1,11 +1,14 @@
 """What the exploration loop announces, and who hears it.
 
-Two topics, each a list of listeners called in the order they subscribed:
+Three topics, each a list of listeners called in the order they subscribed. All of them fire after the update of a
+training step (:mod:`~sun_lightning.exploration.prefetch`), in this order:
 
-- ``frames``: the job's env frame count, after every vector step (checkpoints, evaluation, logging and the
-  progress bar keep their every-N-frames schedules on it);
-- ``goals``: the step's goals (:data:`~sun_lightning.exploration.stats.GOAL_VIEW`, each ``[B]``) on every vector step
-  where an env selected or reached a goal, before that step's ``frames``.
+- ``trained``: the job's env frame count, once per training step, after its update and before the env steps on
+  (checkpoints are written on their period there, and Ctrl-C stops the run);
+- ``goals``: a step's goals (:data:`~sun_lightning.exploration.stats.GOAL_VIEW`, each ``[B]``) on every vector step
+  where an env selected or reached a goal, before that step's ``frames``;
+- ``frames``: the job's env frame count, after every vector step (evaluation, logging, heatmaps and the progress bar
+  keep their every-N-frames schedules on it).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-TOPICS = ("frames", "goals")
+TOPICS = ("trained", "goals", "frames")
 
 
 class Events:

@@ -1,5 +1,5 @@
 """One run's exploration, as :func:`~sun_lightning.exploration.build.build` makes it: everything the loop steps and
-a checkpoint saves, in one typed handle."""
+a checkpoint saves (:mod:`~sun_lightning.exploration.state`), in one typed handle."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from torchrl.envs import TransformedEnv
 from sun_lightning.envs.registry import GoalSpace
 from sun_lightning.exploration.agent import Agent
 from sun_lightning.exploration.events import Events
-from sun_lightning.exploration.state import exploration_state, load_exploration_state
 from sun_lightning.exploration.stats import CollectionStats
 from sun_lightning.goals.base import GoalSelector
 from sun_lightning.goals.transform import GoalSelectionTransform
@@ -54,10 +53,10 @@ class Exploration:
     stats: CollectionStats = field(default_factory=CollectionStats)  # the logging window's goal statistics
     frames: int = 0  # env frames of the whole job (every rank's under DDP)
     credit: float = 0.0  # fractional updates owed (updates_per_frame < 1 spreads them over steps)
-    # Batches yielded but not trained on yet: Lightning's loader prefetches one, so a checkpoint written after an
-    # update already holds the next vector step; its batch is saved with it.
+    # The training steps collected and not trained yet, each its learning batches: a checkpoint written after an
+    # update already holds the next one (exploration/prefetch.py says why); they are saved with it.
     untrained: deque[list[TensorDict]] = field(default_factory=deque)
-    pending_rng: dict | None = None  # a checkpoint's RNG states, applied when the loop resumes
+    pending_rng: dict | None = None  # a checkpoint's RNG states, applied when the loop resumes (prefetch.py)
     rollouts: Iterator[TensorDictBase] = field(init=False, repr=False)
     closed: bool = field(default=False, init=False)  # the collector and envs are shut (the data stay readable)
 
@@ -77,13 +76,6 @@ class Exploration:
     def scale(self) -> torch.Tensor | None:
         """The radius pseudocount's goal standardization σ̃ (``None`` for exact counts)."""
         return self.replay.scale()
-
-    def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint holds of this run's exploration (:mod:`sun_lightning.exploration.state`)."""
-        return exploration_state(self)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_exploration_state(self, state)
 
     def close(self) -> None:
         if not self.closed:

@@ -6,17 +6,17 @@
     owe updates        one per frame collected after the warm-up (updates_per_frame)
     draw the batches   relabelled batches for the updates owed (§5), one training step
 
-The stream yields the learning batches of each vector step; Lightning's training step runs the updates.
+:func:`collect` runs it up to the next vector step that owes updates; :mod:`~sun_lightning.exploration.prefetch`
+calls it after each training step's update, and Lightning's training step runs the updates of the batches it returns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tensordict import TensorDict
 
-from sun_lightning.checkpoints.rng import set_rng_state
 from sun_lightning.exploration.handle import Exploration
 from sun_lightning.exploration.recorder import record
 
@@ -42,14 +42,10 @@ def whole_steps(total_frames: int, step: int) -> tuple[int, str | None]:
                      f"frames: the run collects {rounded} ({rounded // step} steps)")
 
 
-def learning_stream(x: Exploration, budget: Budget, should_stop: Callable[[], bool]) -> Iterator[list[TensorDict]]:
-    """Step the collector until ``budget.total_frames``, yielding the learning batches of each vector step (one
-    per update; an empty list where nothing learns, so that Lightning's batch-end hooks still run every step)."""
-    if x.pending_rng is not None:  # resuming from a checkpoint (sun_lightning.exploration.state)
-        set_rng_state(x.pending_rng)
-        x.pending_rng = None
-    # A resumed run first trains on what its checkpoint had collected (they leave the queue when trained).
-    yield from list(x.untrained)
+def collect(x: Exploration, budget: Budget, should_stop: Callable[[], bool]) -> list[TensorDict] | None:
+    """Step the collector until a vector step gives the learner a training step, and return its learning batches
+    (one per update; an empty list where nothing learns, so that Lightning's batch-end hooks still run every step);
+    ``None`` once ``budget.total_frames`` are collected or the run stops. Each step's events fire as it is recorded."""
     while x.frames < budget.total_frames and not should_stop():
         rollout = next(x.rollouts)  # [B, 1]: one vector step
         record(x, rollout[..., 0])
@@ -60,13 +56,12 @@ def learning_stream(x: Exploration, budget: Budget, should_stop: Callable[[], bo
                 if updates:
                     # One item per vector step (a Lightning training step): its updates share Lightning's
                     # per-step overhead and one draw of their batches.
-                    batches = learning_batches(x, updates)
-                    x.untrained.append(batches)
-                    yield batches
+                    return learning_batches(x, updates)
         if not budget.learns:
             # No updates (Random): an empty training step per vector step still runs Lightning's batch-end
             # hooks, so checkpoints are written on their period and at the end, and the run resumes.
-            yield []
+            return []
+    return None
 
 
 def end_warmup(x: Exploration) -> None:

@@ -1,10 +1,10 @@
 """What a checkpoint holds of exploration, so that ``--ckpt_path last`` continues a run exactly.
 
 Lightning saves the learner (networks, targets, optimizers, counters); this module gives the
-exploration's part (:meth:`Exploration.state_dict <sun_lightning.exploration.handle.Exploration.state_dict>`): the replay entries and their pseudocounts, each env's goal and selection
-bookkeeping, the environments themselves (:mod:`sun_lightning.envs.state`), the collector's current
+exploration's part (:func:`exploration_state`): the replay entries and their pseudocounts, each env's goal and
+selection bookkeeping, the environments themselves (:mod:`sun_lightning.envs.state`), the collector's current
 step, the frame counter and the window's statistics, the learning batches drawn but not trained on
-yet (Lightning's loader prefetches one), and every RNG (torch, numpy, Python). A run
+yet (:mod:`~sun_lightning.exploration.prefetch`), and every RNG (torch, numpy, Python). A run
 killed after a checkpoint and resumed from it ends with the metrics of the run never interrupted,
 bit for bit where the env can be saved (every env of the package but LunarLander, whose Box2D world
 cannot: its episodes in progress restart on resume).
@@ -69,7 +69,7 @@ def exploration_state(x: Exploration) -> dict[str, Any]:
 def load_exploration_state(x: Exploration, state: dict[str, Any]) -> None:
     """Restore :func:`exploration_state` into a run built with the same config.
 
-    The RNG states are applied when the loop resumes (:func:`~sun_lightning.exploration.loop.learning_stream`),
+    The RNG states are applied when the loop resumes (:meth:`~sun_lightning.exploration.prefetch.TrainingSteps.items`),
     after Lightning's loader has drawn its own seed, as it did before the uninterrupted run's first step.
     """
     saved_world = state.get("world_size", 1)

@@ -23,6 +23,9 @@ import numpy as np
 import torch
 
 from sun_lightning import keys
+from sun_lightning.envs.registry import GoalSpace
+from sun_lightning.goals.base import GoalSelector
+from sun_lightning.replay.storage import GoalReplayStorage
 from sun_lightning.results.goal_grid import GoalGrid
 from sun_lightning.results.value_maps import score_map, start_observation, value_map
 
@@ -84,20 +87,21 @@ def success_points(grid: GoalGrid, goal: torch.Tensor, reached: torch.Tensor) ->
     return unique.numpy(), (hits / counts).numpy()
 
 
-def take_snapshot(datamodule, learner, grid: GoalGrid, selected: list[torch.Tensor], reached: list[torch.Tensor],
-                  frames: int, percent: int, evaluation=None, eval_frames: int = -1) -> HeatmapSnapshot:
+def take_snapshot(learner, grid: GoalGrid, selected: list[torch.Tensor], reached: list[torch.Tensor], frames: int,
+                  percent: int, *, env_id: str, storage: GoalReplayStorage, pseudocount, space: GoalSpace,
+                  selector: GoalSelector, evaluation=None, eval_frames: int = -1) -> HeatmapSnapshot:
     """The snapshot of a running fit: D's contents, the goals given, and V and the score from s₀.
 
     Args:
-        datamodule: the run's :class:`~sun_lightning.exploration.datamodule.ExplorationDataModule` (storage, pseudocount, selector).
-        learner: its learner.
+        learner: the run's learner.
         grid: the run's goal grid.
         selected, reached: goal projections ``[n_i, goal_dim]`` selected / reached since the last snapshot.
         frames, percent: when.
+        env_id, storage, pseudocount, space, selector: the run's environment, its replay storage D and D's counts
+            (SPEC §4), its goal space and its selection rule.
         evaluation: the latest :class:`~sun_lightning.metrics.evaluation.EvalResult`, if the run evaluates, and
             ``eval_frames``, the env frames it was taken at.
     """
-    storage, space, selector = datamodule.storage, datamodule.goal_space, datamodule.selector
     n = len(storage)
     if storage.tiles is not None:
         visits = grid.counts(storage.tiles[:n])  # the exact spaces' tile per entry, kept by D
@@ -107,7 +111,7 @@ def take_snapshot(datamodule, learner, grid: GoalGrid, selected: list[torch.Tens
         visits = np.zeros(grid.shape)
     empty = torch.zeros(0, space.goal_dim)
     goals = [grid.histogram(torch.cat([empty, *window])) for window in (selected, reached)]
-    snapshot = HeatmapSnapshot(datamodule.env_id, frames, percent, visits, *goals, selector=type(selector).__name__)
+    snapshot = HeatmapSnapshot(env_id, frames, percent, visits, *goals, selector=type(selector).__name__)
     if evaluation is not None:
         snapshot.eval_points, snapshot.eval_success = success_points(grid, evaluation.goals.goal, evaluation.reached)
         snapshot.eval_frames = eval_frames
@@ -116,5 +120,5 @@ def take_snapshot(datamodule, learner, grid: GoalGrid, selected: list[torch.Tens
         return snapshot
     snapshot.start = grid.position(space.project(obs.cpu()))
     snapshot.values = value_map(learner, grid, obs)
-    snapshot.scores = score_map(learner, selector, grid, storage, datamodule.pseudocount, obs)
+    snapshot.scores = score_map(learner, selector, grid, storage, pseudocount, obs)
     return snapshot

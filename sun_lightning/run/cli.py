@@ -30,6 +30,7 @@ from sun_lightning.callbacks.results import ResultsLogger
 from sun_lightning.learners import precision
 from sun_lightning.checkpoints import run_folders
 from sun_lightning.exploration.datamodule import ExplorationDataModule
+from sun_lightning.exploration.view import run_view
 from sun_lightning.envs import env_ids
 from sun_lightning.domains import check_config
 from sun_lightning.errors import ConfigError, UsageError, check_config_files, config_files
@@ -67,14 +68,14 @@ class MLflowSaveConfig(SaveConfigCallback):
                 config[key] = None
         text = self.parser.dump(config, skip_none=False)
         params = config_params(config.as_dict(), skip={LINKED_GOAL_SPACE, *_RUN_IDENTITY})
-        params = worked_out_bounds(params, trainer.datamodule.goal_space)  # ``auto`` as the numbers it came to
+        params = worked_out_bounds(params, run_view(trainer).goal_space)  # ``auto`` as the numbers it came to
         for logger in trainer.loggers:
             if isinstance(logger, SUNMLFlowLogger):  # its writes survive a failing store
                 logged = logger.logged_params()
                 if logged:
                     # A resumed run (MLflow params are write-once): the launch's config goes next to the
                     # first one, and only settings the run did not have yet become params.
-                    logger.log_text(text, f"config-resumed-{trainer.datamodule.frames}.yaml")
+                    logger.log_text(text, f"config-resumed-{run_view(trainer).frames}.yaml")
                     params = {key: value for key, value in params.items() if key not in logged}
                 else:
                     logger.log_text(text, "config.yaml")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sun_lightning.callbacks.exploration import ExplorationLogger
+from sun_lightning.exploration.view import run_view
 from sun_lightning.tracking.logger import SUNMLFlowLogger
 
 #: The metrics the summary shows, in order (all of them are in MLflow).
@@ -15,11 +16,11 @@ SUMMARY_METRICS = ("explore/visits/coverage", "explore/visits/entropy", "explore
 def run_summary(trainer, folder_line: str | None = None) -> str:
     """A few lines for the end of a run: metrics, MLflow run, checkpoint (and ``folder_line`` where the run got a
     folder of its own beside an earlier run's), and the ``mlflow ui`` command."""
-    dm = trainer.datamodule
+    run = run_view(trainer)
     final = next((cb.final for cb in trainer.callbacks if isinstance(cb, ExplorationLogger)), {})
     shown = "  ".join(f"{name.rsplit('/', 1)[-1]}={final[name]:.4f}" for name in SUMMARY_METRICS if name in final)
     interrupted = any(getattr(cb, "interrupted", False) for cb in trainer.callbacks)
-    lines = [f"{'stopped (Ctrl-C)' if interrupted else 'done'}: {dm.frames} env frames of {dm.env_id}  {shown}"]
+    lines = [f"{'stopped (Ctrl-C)' if interrupted else 'done'}: {run.frames} env frames of {run.env_id}  {shown}"]
     for logger in trainer.loggers:
         if isinstance(logger, SUNMLFlowLogger):  # its lines survive a store that failed during the run
             lines.extend(logger.summary_lines())

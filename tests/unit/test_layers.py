@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.layers import DOC, LEVELS, PACKAGE, ROOT, SECTIONS, document_section, files, imports_of, owner, package_of
+from tests.layers import (DATAMODULE_READERS, DOC, LEVELS, PACKAGE, ROOT, SECTIONS, datamodule_reads,
+                          document_section, files, imports_of, owner, package_of)
 
 FILES = files()
 
@@ -21,6 +22,17 @@ def test_imports_point_down_the_levels(path):
         other = owner(name)
         assert other == own or LEVELS[other][0] < LEVELS[own][0], (
             f"{path.relative_to(ROOT)} ({own}, level {LEVELS[own][0]}) imports {name} ({other}, level {LEVELS[other][0]})")
+
+
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
+def test_only_the_exploration_reads_the_data_module(path):
+    """Outside exploration/, a run is read through exploration/view.py's typed view, never through
+    ``trainer.datamodule``'s attributes (duck typing no import graph and no type checker sees)."""
+    if package_of(path) in DATAMODULE_READERS:
+        return
+    lines = datamodule_reads(path)
+    assert not lines, (f"{path.relative_to(ROOT)} reads .datamodule at line(s) {lines}: "
+                       "take sun_lightning.exploration.view.run_view(trainer) instead")
 
 
 @pytest.mark.parametrize("begin, end, generate", SECTIONS, ids=["packages", "step order"])

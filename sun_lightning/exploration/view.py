@@ -1,0 +1,67 @@
+"""What the rest of a run reads of its exploration (SPEC §7, §9): a narrow, typed view, and the one way to it.
+
+Callbacks log, evaluate, draw and checkpoint against the run's env frames and its replay storage D; they need a
+dozen of the data module's values and nothing of how it is built. :class:`RunView` names exactly those, and
+:func:`run_view` is the only reader of ``trainer.datamodule`` outside this package (the layer test,
+``tests/layers.py``, fails on any other), so a rename here is seen by every reader's type, not by a crash mid-run.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from sun_lightning.envs.custom import CustomEnv
+from sun_lightning.envs.registry import GoalSpace
+from sun_lightning.exploration.events import Events
+from sun_lightning.exploration.stats import CollectionStats
+from sun_lightning.goals.base import GoalSelector
+from sun_lightning.replay.storage import GoalReplayStorage
+
+
+class RunView(Protocol):
+    """One running exploration as its readers see it (:class:`~sun_lightning.exploration.datamodule.
+    ExplorationDataModule` is one, after its ``setup``)."""
+
+    env_id: str
+    goal_space: GoalSpace
+    selector: GoalSelector
+    custom: CustomEnv | None  # a user's environment (data.goal), else None
+    layout: str | None  # a gridworld's map given in the config, else None
+    num_envs: int  # envs of one process
+    total_frames: int  # the frame budget, in whole vector steps
+    warmup_frames: int
+    events: Events  # ``frames`` and ``goals`` (exploration/events.py)
+
+    @property
+    def frames(self) -> int:
+        """Env frames of the whole job so far (every rank's under DDP)."""
+
+    @property
+    def storage(self) -> GoalReplayStorage:
+        """The replay storage D."""
+
+    @property
+    def pseudocount(self):
+        """The counts of D's entries (SPEC §4)."""
+
+    @property
+    def window(self) -> CollectionStats:
+        """The logging window's goal statistics."""
+
+    @property
+    def run_seed(self) -> int:
+        """The run's seed (before a rank's offset)."""
+
+    def scale(self) -> torch.Tensor | None:
+        """The radius pseudocount's goal standardization σ̃ (``None`` for exact counts)."""
+
+
+def run_view(trainer, required: bool = True) -> RunView | None:
+    """The exploration ``trainer`` fits on, as :class:`RunView`; without one, an error (``None`` where not
+    ``required``: a callback that has nothing to show without it)."""
+    data = trainer.datamodule
+    if data is None and required:
+        raise ValueError("this trainer fits without an exploration data module (the `data` group)")
+    return data
