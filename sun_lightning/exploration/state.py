@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from tensordict import TensorDict
 
-from sun_lightning.checkpoints.rng import rng_state, set_rng_state  # noqa: F401  (the module's earlier names)
+from sun_lightning.checkpoints.rng import rng_state
 from sun_lightning.envs.state import env_state, load_env_state
 
 if TYPE_CHECKING:

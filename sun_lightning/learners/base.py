@@ -168,7 +168,8 @@ class Learner(pl.LightningModule):
         raise NotImplementedError
 
     def training_step(self, batches: list[TensorDictBase], batch_idx: int) -> None:
-        """The updates of one collected vector step, one per batch (:func:`~sun_lightning.exploration.loop.learning_stream`)."""
+        """The updates of one collected vector step, one per batch (:func:`~sun_lightning.exploration.loop.collect`;
+        the envs step on after them: :mod:`sun_lightning.exploration.prefetch`)."""
         for batch in batches:
             self.update(batch)
         self.flush_finite_checks()

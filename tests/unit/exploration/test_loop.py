@@ -20,6 +20,7 @@ from sun_lightning.exploration.prefetch import LEAD, TrainingSteps
 from sun_lightning.exploration.recorder import record
 from sun_lightning.exploration.state import exploration_state, load_exploration_state
 from sun_lightning.replay.exact_count import ExactCount
+from sun_lightning.replay.counted import CountedReplay
 from sun_lightning.replay.storage import GoalReplayStorage
 from tests.helpers import THREE_ROOM, one_hot
 
@@ -91,8 +92,8 @@ def exploration(num_envs: int = 2, goals: bool = False, log: list | None = None)
     transform = SimpleNamespace(active=False, exploration_state=lambda: {"goals": 1},
                                 load_exploration_state=lambda state: None)
     return Exploration(env_id=THREE_ROOM, goal_space=SPACE, selector=None, agent=agent, sampler=FakeSampler(),
-                       storage=GoalReplayStorage(SPACE, num_envs, capacity),
-                       pseudocount=ExactCount(SPACE.obs_dim * SPACE.num_actions, capacity, SPACE.num_actions),
+                       replay=CountedReplay(GoalReplayStorage(SPACE, num_envs, capacity),
+                                            ExactCount(SPACE.obs_dim * SPACE.num_actions, capacity, SPACE.num_actions)),
                        vector_env=FakeEnv(), transform=transform, env=None, policy=SimpleNamespace(warmup=True),
                        collector=FakeCollector(num_envs, agent, [] if log is None else log, goals), num_envs=num_envs)
 
