@@ -23,10 +23,8 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from lightning.pytorch.strategies import DDPStrategy
 
 from sun_lightning.callbacks.checkpoint import FrameCheckpoint
-from sun_lightning.callbacks.evaluation import GoalEvaluation
-from sun_lightning.callbacks.exploration import ExplorationLogger
+from sun_lightning.callbacks.groups import CALLBACK_GROUPS, callback_class
 from sun_lightning.callbacks.progress import FrameProgressBar
-from sun_lightning.callbacks.results import ResultsLogger
 from sun_lightning.learners import precision
 from sun_lightning.checkpoints import run_folders
 from sun_lightning.exploration.datamodule import ExplorationDataModule
@@ -124,12 +122,8 @@ class SUNCLI(LightningCLI):
     """LightningCLI with the goal-space link, the metrics and results callbacks and MLflow defaults."""
 
     def add_arguments_to_parser(self, parser) -> None:
-        parser.add_lightning_class_args(ExplorationLogger, "metrics")
-        parser.add_lightning_class_args(FrameProgressBar, "progress")
-        parser.add_lightning_class_args(FrameCheckpoint, "checkpoint")
-        # Before ``results``: at a frame where both are due, the success map shows this evaluation.
-        parser.add_lightning_class_args(GoalEvaluation, "eval")
-        parser.add_lightning_class_args(ResultsLogger, "results")
+        for group in CALLBACK_GROUPS:
+            parser.add_lightning_class_args(callback_class(group), group)
         parser.add_argument("--auto_bf16", type=bool, default=False,
                             help="train in bf16-mixed where the device has bf16 matrix units, else 32-true "
                                  "(an explicit --trainer.precision wins); the TD3 configs set it")
@@ -215,8 +209,8 @@ class SUNCLI(LightningCLI):
                 self.folder_line = (f"note: {base} holds an earlier run's checkpoints; this run writes its own to "
                                     f"{config.checkpoint.dirpath}")
         # Every value against its constructor's annotated domain, before anything is built.
-        check_config(config, {"model": None, "data": ExplorationDataModule, "checkpoint": FrameCheckpoint,
-                              "metrics": ExplorationLogger, "results": ResultsLogger, "progress": FrameProgressBar})
+        check_config(config, {"model": None, "data": ExplorationDataModule,
+                              **{group: callback_class(group) for group in CALLBACK_GROUPS}})
         if self.subcommand == "fit" and config.get("ckpt_path"):
             last = config.ckpt_path == "last"
             check_checkpoint(config, seed, method)

@@ -27,6 +27,7 @@ import yaml
 
 from sun_lightning import domains
 from sun_lightning._moved import new_name
+from sun_lightning.callbacks.groups import CALLBACK_GROUPS
 from sun_lightning.errors import HELP_HINT, ConfigError, UsageError, cannot_act, check_config_files, suggest
 from sun_lightning.run import precheck_env
 
@@ -34,12 +35,9 @@ SUBCOMMANDS = ("fit", "validate", "test", "predict")
 #: Config group → the class its keys are constructor arguments of (as ``cli.SUNCLI`` adds them).
 GROUPS = {"trainer": "lightning.pytorch.trainer.trainer.Trainer",
           "data": "sun_lightning.exploration.datamodule.ExplorationDataModule",
-          "metrics": "sun_lightning.callbacks.exploration.ExplorationLogger",
-          "progress": "sun_lightning.callbacks.progress.FrameProgressBar",
-          "checkpoint": "sun_lightning.callbacks.checkpoint.FrameCheckpoint",
-          "eval": "sun_lightning.callbacks.evaluation.GoalEvaluation", "results": "sun_lightning.callbacks.results.ResultsLogger"}
+          **{group: path for group, (path, _) in CALLBACK_GROUPS.items()}}
 #: The order in which the CLI checks the groups' domains (``SUNCLI.before_instantiate_classes``).
-DOMAIN_ORDER = ("model", "data", "checkpoint", "metrics", "results", "progress")
+DOMAIN_ORDER = ("model", "data", *CALLBACK_GROUPS)
 #: The learner families' root classes and the actions each takes (discrete: True), as
 #: :func:`sun_lightning.learners.family.check_family` tells them apart.
 FAMILY_ROOTS = {("sun_lightning.learners.dqn", "DQNSVF"): True, ("sun_lightning.learners.td3", "TD3SVF"): False}
