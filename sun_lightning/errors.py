@@ -65,6 +65,24 @@ def unknown_environment(env_id: str, registered: Iterable[str]) -> str:
     return f"data.env_id: unknown environment {env_id!r} ({hint}registered: {', '.join(registered)})"
 
 
+#: Constructor arguments that were removed rather than renamed (the last part of the key → why, and what to do):
+#: a saved ``config.yaml`` that still sets one is refused with its reason, not a "did you mean" of a look-alike.
+REMOVED_ARGUMENTS = {
+    "actor_tau": ("was removed: the TD3 critic now bootstraps through the online actor as of the previous actor "
+                  "step, as the paper's code does (SPEC §5b), so no setting moves a slow target actor any more; delete "
+                  "the line (a checkpoint written with it resumes as before)"),
+}
+
+
+def unknown_key(key: str, options: Iterable[str]) -> str:
+    """The line for a key no constructor takes: its removal's reason, or the closest valid key, or ``--help``."""
+    removed = REMOVED_ARGUMENTS.get(key.rsplit(".", 1)[-1])
+    if removed is not None and ".init_args." in key:
+        return f"{key!r} {removed}"
+    close = suggest(key, options)
+    return f"unknown key {key!r} ({f'did you mean {close}?' if close else HELP_HINT})"
+
+
 def suggest(name: str, options: Iterable[str]) -> str | None:
     """The valid option closest to a mistyped one (``--data.total_framez`` → ``--data.total_frames``)."""
     options = list(options)
@@ -133,8 +151,7 @@ def usage_line(error: UsageError) -> str:
             key = prefix + key
         else:
             options = [option.removeprefix("--") for option in error.options]
-        close = suggest(key, options)
-        return f"unknown key {key!r} ({f'did you mean {close}?' if close else HELP_HINT})"
+        return unknown_key(key, options)
     if match := _INVALID_CHOICE.search(message):
         choices = re.findall(r"'([^']*)'", match.group(2))
         close = difflib.get_close_matches(match.group(1), choices, n=1)

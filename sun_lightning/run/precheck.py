@@ -28,7 +28,7 @@ import yaml
 from sun_lightning import domains
 from sun_lightning._moved import new_name
 from sun_lightning.callbacks.groups import CALLBACK_GROUPS
-from sun_lightning.errors import HELP_HINT, ConfigError, UsageError, cannot_act, check_config_files, suggest
+from sun_lightning.errors import HELP_HINT, ConfigError, UsageError, cannot_act, check_config_files, suggest, unknown_key
 from sun_lightning.run import precheck_env
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
@@ -279,8 +279,7 @@ def _check_goal(values: dict) -> None:
 
 
 def _unknown_key(key: str, options: list[str]) -> UsageError:
-    close = suggest(key, options)
-    return UsageError(key, line=f"unknown key {key!r} ({f'did you mean {close}?' if close else HELP_HINT})")
+    return UsageError(key, line=unknown_key(key, options))
 
 
 def _check_type(key: str, param: Param, value, raw: str | None) -> None:

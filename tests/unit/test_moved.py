@@ -78,7 +78,7 @@ def test_an_earlier_runs_saved_config_yaml_parses(tmp_path, monkeypatch):
     named by the top-level ``callbacks`` path, goes through the CLI's parser to the classes of today.
 
     The file's ``actor_tau`` (an argument TD3SVF no longer has) is left out: a removed argument is not a moved
-    import path, and the parser refuses it."""
+    import path, and the parser refuses it with its reason (tests/unit/run/test_precheck.py)."""
     from jsonargparse._typehints import import_object
 
     from sun_lightning.callbacks.progress import FrameProgressBar

@@ -62,6 +62,7 @@ BAD = [
     ["fit", "--config", THREE_ROOM, "--data.env_id", "Tiny", "--data.layout", "S ."],
     ["fit", "--config", THREE_ROOM, "--model", "sun_lightning.learners.ensemble_td3.EnsembleTD3SVF"],
     ["fit", "--config", POINT_MAZE, "--model", "sun_lightning.learners.dqn.DQNSVF"],
+    ["fit", "--config", POINT_MAZE, "--model.init_args.actor_tau", "5e-7"],
 ]
 
 
@@ -80,6 +81,17 @@ def test_an_unknown_key_in_a_config_file(tmp_path, monkeypatch):
     argv = ["fit", "--config", str(bad)]
     assert _line(lambda: precheck.check(argv)) == _live(argv) == \
         "error: unknown key 'data.total_framez' (did you mean data.total_frames?)"
+
+
+def test_a_removed_argument_in_an_earlier_runs_config_names_its_removal(tmp_path, monkeypatch):
+    """The config.yaml a TD3 run saved before the bootstrap actor followed the online actor sets ``actor_tau``: it is
+    refused with the reason, not with a "did you mean critic_tau" that would change the run's critic."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["fit", "--config", str(ROOT / "tests" / "data" / "point_maze_s_earlier_config.yaml")]
+    line = _line(lambda: precheck.check(argv))
+    assert line == _live(argv)
+    assert line.startswith("error: 'model.init_args.actor_tau' was removed: ") and "SPEC §5b" in line
+    assert "did you mean" not in line
 
 
 CONFIGS = sorted(str(p) for p in (ROOT / "conf").rglob("*.yaml"))
