@@ -84,7 +84,7 @@ class FrameCheckpoint(ModelCheckpoint):
         run.events.subscribe("frames", self._on_frames)
         run.events.subscribe("trained", self._on_trained)
         if self.dirpath is None:
-            name = name_of_run(run.env_id, type(run.selector).__name__, run.run_seed)
+            name = name_of_run(run.config.env_id, type(run.config.selector).__name__, run.run_seed)
             self.dirpath = str(Path(trainer.default_root_dir) / name)
         if trainer.is_global_zero:
             for part in integrity.stale_parts(self.dirpath):  # writes a killed run never finished
@@ -109,7 +109,7 @@ class FrameCheckpoint(ModelCheckpoint):
     def _on_frames(self, frames: int) -> None:
         # During the warm-up no training step ends; after it, the stop waits for the step's update.
         trainer = self._trainer_ref
-        if frames <= self._run.warmup_frames and self._stop_now(trainer):
+        if frames <= self._run.config.warmup_frames and self._stop_now(trainer):
             self.save(trainer)
             trainer.should_stop = True
 
@@ -197,9 +197,9 @@ class FrameCheckpoint(ModelCheckpoint):
         self._last_checkpoint_saved = filepath
 
     def _identity(self, trainer: pl.Trainer) -> dict:
-        run = self._run
-        return run_identity(trainer.lightning_module, env_id=run.env_id, selector=type(run.selector).__name__,
-                            seed=run.run_seed, frames=run.frames, num_envs=run.num_envs, layout=run.layout)
+        run, config = self._run, self._run.config
+        return run_identity(trainer.lightning_module, env_id=config.env_id, selector=type(config.selector).__name__,
+                            seed=run.run_seed, frames=run.frames, num_envs=config.num_envs, layout=config.layout)
 
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
         migrate(checkpoint)  # a format-1 checkpoint (before identities were recorded) loads as it is; it gains the fields

@@ -69,7 +69,8 @@ class GoalEvaluation(pl.Callback):
         if not self.enabled:
             return
         run = self._run = run_view(trainer)
-        goals = configured_eval_goals(run.env_id, run.goal_space, self.goals, self.max_goals).subset(self.max_goals)
+        goals = configured_eval_goals(run.config.env_id, run.goal_space, self.goals,
+                                      self.max_goals).subset(self.max_goals)
         self._trainer, self._module = trainer, pl_module
         run.events.subscribe("frames", self._on_frames)
         if trainer.is_global_zero and self._evaluator is None:
@@ -77,21 +78,21 @@ class GoalEvaluation(pl.Callback):
             try:
                 custom = run.custom
                 if custom is None:
-                    self._evaluator = GoalEvaluator(run.env_id, goals, self.seed)
+                    self._evaluator = GoalEvaluator(run.config.env_id, goals, self.seed)
                 else:  # the user's environment, built as for training but with SAME_STEP autoreset
                     make_vec = partial(custom.make_vec, autoreset_mode=AutoresetMode.SAME_STEP)
                     horizon = gymnasium.spec(custom.gym_id).max_episode_steps
                     if not horizon:
-                        raise ConfigError(f"eval.every_frames: {run.env_id} has no episode horizon "
+                        raise ConfigError(f"eval.every_frames: {run.config.env_id} has no episode horizon "
                                           "(max_episode_steps) to evaluate within; set eval.every_frames 0")
-                    self._evaluator = GoalEvaluator(run.env_id, goals, self.seed, make_vec, horizon)
+                    self._evaluator = GoalEvaluator(run.config.env_id, goals, self.seed, make_vec, horizon)
                 self._evaluator.env()
             finally:
                 set_rng_state(state)
 
     def _on_frames(self, frames: int) -> None:
         # Also at the last frame, before the results' last snapshot (registered after this) draws the success map.
-        if self._schedule.due(frames) or (frames >= self._run.total_frames and frames != self._last):
+        if self._schedule.due(frames) or (frames >= self._run.config.total_frames and frames != self._last):
             self._schedule.advance(frames)
             self.evaluate(frames)
 
@@ -104,7 +105,7 @@ class GoalEvaluation(pl.Callback):
         state = rng_state()
         try:
             with torch.no_grad():
-                act = policy_of(self._module, run.goal_space, run.selector.uses_goals, self.seed)
+                act = policy_of(self._module, run.goal_space, run.config.selector.uses_goals, self.seed)
                 scale = run.scale()
                 self.latest = self._evaluator.run(act, None if scale is None else scale.cpu())
                 self.latest_frames = frames

@@ -76,7 +76,7 @@ class ExplorationLogger(pl.Callback):
         metrics = exploration_metrics(run.storage, visits, knn=self.knn_entropy)
         metrics.update(behaviour_metrics(run.storage, self._last_frames // run.storage.num_envs))
         metrics.update(window)
-        metrics.update(run.selector.metrics())
+        metrics.update(run.config.selector.metrics())
         metrics.update(train)
         metrics["perf/speed/frames_per_second"] = (frames - self._last_frames) / max(now - self._last_time, 1e-9)
         self._last_time, self._last_frames = now, frames

@@ -50,7 +50,7 @@ class FrameProgressBar(ProgressBar):
         if not self._enabled or run is None or not trainer.is_global_zero:
             return
         self._run = run
-        self._bar = tqdm(total=run.total_frames, initial=run.frames, unit="frame", unit_scale=True,
+        self._bar = tqdm(total=run.config.total_frames, initial=run.frames, unit="frame", unit_scale=True,
                          desc="frames", dynamic_ncols=True, file=sys.stderr, leave=True,
                          disable=None if not self.force else False, smoothing=0.1)
         self._shown = run.frames

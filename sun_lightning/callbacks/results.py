@@ -60,8 +60,8 @@ class ResultsLogger(pl.Callback):
             self._loggers = []
             return
         self._trainer, self._module, run = trainer, pl_module, run_view(trainer)
-        self._run, self._grid = run, GoalGrid.of(run.env_id)
-        self._due = [(math.ceil(f * run.total_frames), round(100 * f)) for f in self.fractions]
+        self._run, self._grid = run, GoalGrid.of(run.config.env_id)
+        self._due = [(math.ceil(f * run.config.total_frames), round(100 * f)) for f in self.fractions]
         self._selected: list[torch.Tensor] = []
         self._reached: list[torch.Tensor] = []
         run.events.subscribe("goals", self._on_goals)
@@ -88,8 +88,8 @@ class ResultsLogger(pl.Callback):
         evaluation = next((cb for cb in self._trainer.callbacks if getattr(cb, "latest", None) is not None), None)
         run = self._run
         snapshot = take_snapshot(self._module, self._grid, self._selected, self._reached, frames, percent,
-                                 env_id=run.env_id, storage=run.storage, pseudocount=run.pseudocount,
-                                 space=run.goal_space, selector=run.selector,
+                                 env_id=run.config.env_id, storage=run.storage, pseudocount=run.pseudocount,
+                                 space=run.goal_space, selector=run.config.selector,
                                  evaluation=evaluation and evaluation.latest,
                                  eval_frames=getattr(evaluation, "latest_frames", -1))
         self._selected, self._reached = [], []
@@ -105,7 +105,7 @@ class ResultsLogger(pl.Callback):
         frames = self._run.frames
         if self._due and frames > 0:
             # The run stopped before its budget (max_steps, an interruption): a last snapshot where it stopped.
-            self.log_heatmaps(frames, round(100 * frames / self._run.total_frames))
+            self.log_heatmaps(frames, round(100 * frames / self._run.config.total_frames))
             self._due = []
         logger = self._loggers[0]
         histories = {}

@@ -13,10 +13,10 @@ from sun_lightning.envs.custom import CustomEnv
 from sun_lightning.envs.registry import GoalSpace
 from sun_lightning.errors import ConfigError
 from sun_lightning.exploration.agent import Agent
+from sun_lightning.exploration.config import DataConfig
 from sun_lightning.exploration.distributed import seed_rank
 from sun_lightning.exploration.events import Events
 from sun_lightning.exploration.handle import Exploration
-from sun_lightning.goals.base import GoalSelector
 from sun_lightning.goals.transform import GoalSelectionTransform
 from sun_lightning.replay.binned_count import BinnedCount
 from sun_lightning.replay.counted import CountedReplay
@@ -25,34 +25,32 @@ from sun_lightning.replay.exact_count import ExactCount
 from sun_lightning.replay.pseudocount import make_radius_pseudocount
 from sun_lightning.replay.storage import GoalReplayStorage
 
-#: The values of ``data.counts``.
-COUNTS = ("pseudo", "binned")
 
-
-def build(*, env_id: str, goal_space: GoalSpace, custom: CustomEnv | None, selector: GoalSelector, agent: Agent,
-          num_envs: int, total_frames: int, warmup_frames: int, capacity: int | None, sigma_every: int, backend: str,
-          counts: str, rho: float | None, storage_device: str | None, seed: int | None, rank: int = 0,
+def build(config: DataConfig, *, goal_space: GoalSpace, custom: CustomEnv | None, agent: Agent, rank: int = 0,
           world_size: int = 1, gather_device: torch.device | None = None, events: Events | None = None,
           device: torch.device = torch.device("cpu")) -> Exploration:
-    """Everything one process explores with; the arguments are :class:`ExplorationDataModule`'s, checked there.
+    """Everything one process explores with: the run's ``data`` config (checked by :class:`DataConfig` and the
+    DataModule) and what the trainer gives or derives from it (the goal space, the learner, this process's place).
 
     Under DDP D and its pseudocounts hold every rank's envs (:mod:`sun_lightning.exploration.distributed`): the
     storage interleaves ``world_size × num_envs`` streams, rank r's envs at columns ``r·num_envs`` onwards.
     """
+    num_envs = config.num_envs  # this process's
     sampler = agent.make_sampler()
     streams = num_envs * world_size
     needed = sampler.steps_needed * streams
-    if warmup_frames < needed:
-        raise ConfigError(f"data.warmup_frames ({warmup_frames}) must cover the {needed // streams} steps "
+    if config.warmup_frames < needed:
+        raise ConfigError(f"data.warmup_frames ({config.warmup_frames}) must cover the {needed // streams} steps "
                           f"of each of {streams} envs that the learner's first batch needs")
-    capacity = capacity or total_frames + streams
+    capacity = config.capacity or config.total_frames + streams
     if capacity < needed:
         raise ConfigError(f"data.capacity ({capacity}) must hold the {needed // streams} steps per env of a batch")
     capacity += -capacity % streams
-    storage_at = torch.device(storage_device) if storage_device else device
+    storage_at = torch.device(config.storage_device) if config.storage_device else device
     replay = CountedReplay(GoalReplayStorage(goal_space, streams, capacity, storage_at),
-                           build_pseudocount(goal_space, capacity, sigma_every, storage_at, backend, counts, rho))
-    run_seed = seed if seed is not None else torch.initial_seed() % 2**31
+                           build_pseudocount(goal_space, capacity, config.sigma_every, storage_at, config.backend,
+                                             config.counts, config.rho))
+    run_seed = config.seed if config.seed is not None else torch.initial_seed() % 2**31
     if world_size > 1:
         # Every rank explores with its own envs and random streams (Lightning seeded all ranks alike).
         seed_rank(run_seed, rank)
@@ -62,21 +60,20 @@ def build(*, env_id: str, goal_space: GoalSpace, custom: CustomEnv | None, selec
     if custom is not None:
         vec = custom.make_vec(num_envs, AutoresetMode.DISABLED)
     else:
-        vec = gymnasium.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point",
+        vec = gymnasium.make_vec(config.env_id, num_envs=num_envs, vectorization_mode="vector_entry_point",
                                  autoreset_mode=AutoresetMode.DISABLED)
     base = GymWrapper(vec, categorical_action_encoding=True)
     base.set_seed(env_seed)
-    transform = GoalSelectionTransform(selector, replay, agent, num_envs, horizon(vec, custom))
+    transform = GoalSelectionTransform(config.selector, replay, agent, num_envs, horizon(vec, custom))
     env = TransformedEnv(base, transform)
-    policy = agent.make_policy(selector.uses_goals)
+    policy = agent.make_policy(config.selector.uses_goals)
     # The acting policies read goals and observations only, no episode-start flag: TorchRL's InitTracker
     # (which it offers to append) would add a key to every step for nothing.
     collector = Collector(env, policy, frames_per_batch=num_envs, total_frames=-1, track_traj_ids=False,
                           auto_register_policy_transforms=False)
-    return Exploration(env_id=env_id, goal_space=goal_space, selector=selector, agent=agent, sampler=sampler,
-                       replay=replay, vector_env=vec, transform=transform, env=env,
-                       policy=policy, collector=collector, num_envs=num_envs, rank=rank, world_size=world_size,
-                       gather_device=gather_device, run_seed=run_seed, env_seed=env_seed,
+    return Exploration(config=config, goal_space=goal_space, agent=agent, sampler=sampler, replay=replay,
+                       vector_env=vec, transform=transform, env=env, policy=policy, collector=collector, rank=rank,
+                       world_size=world_size, gather_device=gather_device, run_seed=run_seed, env_seed=env_seed,
                        events=events if events is not None else Events())
 
 

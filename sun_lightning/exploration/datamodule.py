@@ -1,116 +1,54 @@
 """The LightningDataModule of an exploration run (SPEC §9): the thin adapter between Lightning and
 :mod:`sun_lightning.exploration`.
 
-It checks the ``data`` config, builds the run's :class:`~sun_lightning.exploration.handle.Exploration` in
-``setup()`` (so checkpoints, DDP and ``--print_config`` never see environments), installs the loop's
-:class:`~sun_lightning.exploration.prefetch.TrainingSteps` among the trainer's callbacks and hands Lightning what it
-collects as its training data, and saves the exploration state with the checkpoint under this class's name.
+It holds the ``data`` config whole (:class:`~sun_lightning.exploration.config.DataConfig`, which checks its values)
+and checks what needs the registries (``data.goal``, ``data.layout``, the id's goal space), builds the run's
+:class:`~sun_lightning.exploration.handle.Exploration` in ``setup()`` (so checkpoints, DDP and ``--print_config`` never
+see environments), installs the loop's :class:`~sun_lightning.exploration.prefetch.TrainingSteps` among the trainer's
+callbacks and hands Lightning what it collects as its training data, and saves the exploration state with the
+checkpoint under this class's name.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from typing import Literal
+from dataclasses import replace
 
 import lightning.pytorch as pl
 import torch
-from jsonargparse import lazy_instance
 from tensordict import TensorDict
 from torch.utils.data import DataLoader, IterableDataset
 
 import sun_lightning.envs  # noqa: F401  (registers the environments)
-from sun_lightning.domains import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, check_arguments
-from sun_lightning.envconfig.goal import GoalConfig
 from sun_lightning.envs.custom import custom_env
 from sun_lightning.envs.gridworlds import register_layout
 from sun_lightning.envs.registry import goal_space
-from sun_lightning.errors import ConfigError
-from sun_lightning.exploration.build import COUNTS, build
+from sun_lightning.exploration.build import build
+from sun_lightning.exploration.config import DataConfig
 from sun_lightning.exploration.events import Events
 from sun_lightning.exploration.handle import Exploration
 from sun_lightning.exploration.loop import Budget, whole_steps
 from sun_lightning.exploration.prefetch import TrainingSteps
 from sun_lightning.exploration.state import exploration_state, load_exploration_state
 from sun_lightning.exploration.stats import CollectionStats
-from sun_lightning.goals.base import GoalSelector
-from sun_lightning.goals.sun import SUNAdaptive
-from sun_lightning.replay.pseudocount import BACKENDS
 
 
 class ExplorationDataModule(pl.LightningDataModule):
     """Environments, collector and replay storage of one exploration run.
 
-    Args:
-        env_id: a registered id, e.g. ``sun_lightning/FourRoomStuck-v0``; with ``layout``, the id its gridworld
-            gets (``sun_lightning/<Name>-v0``, not a built-in's).
-        total_frames: env frames of the run (all envs of all processes together), warm-up included.
-        num_envs: envs stepped together in one in-process vector env (per process under DDP).
-        warmup_frames: frames of uniformly random actions before learning (SPEC §5d).
-        capacity: replay entries kept (FIFO eviction beyond); ``None`` keeps everything.
-        selector: the goal-selection rule (SPEC §3).
-        updates_per_frame: learner updates per env frame (1 in the paper).
-        sigma_every: inserts between re-standardizations of the radius pseudocount (SPEC §4).
-        backend: the radius pseudocount's index: ``native`` (a C hash grid, built with the system
-            C compiler), ``torch`` (brute force on the storage's device), or ``auto`` (native on
-            CPU where it builds, torch otherwise, with a one-line warning).
-        storage_device: where D and its pseudocounts live; ``None``: the learner's device.
-        seed: environment seed; ``None`` derives it from ``seed_everything``.
-        counts: what a goal's novelty counts: ``pseudo`` (the radius pseudocount of SPEC §4; exact (tile, action)
-            counts on gridworlds) or ``binned`` (the paper's "true counts" ablation: exact counts of 50 bins per goal
-            dimension over the metric bounds, per (bin, action) where actions are part of the goal,
-            :class:`~sun_lightning.replay.binned_count.BinnedCount`; gridworlds keep their exact counts).
-        rho: the pseudocount radius ρ, overriding the environment's (SPEC §4; the paper's ρ ablation); the reach
-            rule keeps the environment's. ``None``: the environment's.
-        layout: a gridworld's map in SPEC §6's symbols (``W`` wall, ``.`` free, ``Q`` random move, ``S`` start,
-            ``G`` terminal, one line per row, tiles separated by spaces), checked and registered under ``env_id``
-            (:func:`~sun_lightning.envconfig.layout.parse_layout`: 4 actions, horizon 200, ``G`` ends an episode
-            on entry); ``None``: ``env_id`` is an environment of the package.
-        goal: the goal space of ``env_id`` as any id :func:`gymnasium.make` knows (
-            :class:`~sun_lightning.envs.custom.GoalConfig`, docs/custom-envs.md); ``None``: a registered id.
-        env_package: a module imported first (your package's ``gymnasium.register`` calls).
-        vector: with ``goal``, gymnasium's ``sync`` (in-process) or ``async`` (a process per env) vector env.
+    Its arguments are the fields of :class:`~sun_lightning.exploration.config.DataConfig` (the ``data`` keys), held
+    whole in :attr:`config`.
     """
 
-    def __init__(
-        self,
-        env_id: str,
-        total_frames: PositiveInt = 100_000,
-        num_envs: PositiveInt = 4,
-        warmup_frames: NonNegativeInt = 10_000,
-        capacity: PositiveInt | None = None,
-        selector: GoalSelector = lazy_instance(SUNAdaptive),
-        updates_per_frame: NonNegativeFloat = 1.0,
-        sigma_every: PositiveInt = 1000,
-        backend: Literal["auto", "native", "torch"] = "auto",
-        storage_device: str | None = None,
-        seed: int | None = None,
-        layout: str | None = None,
-        counts: Literal["pseudo", "binned"] = "pseudo",
-        rho: PositiveFloat | None = None,
-        goal: GoalConfig | None = None,
-        env_package: str | None = None,
-        vector: Literal["sync", "async"] = "sync",
-    ) -> None:
+    def __init__(self, **config) -> None:
         super().__init__()
-        self.custom = custom_env(env_id, goal, env_package, vector)  # checked, its goal space recorded
-        check_arguments(ExplorationDataModule, locals(), "data.")  # the annotated domains
-        if layout is not None:
-            register_layout(env_id, layout)  # a map that cannot work fails here, naming the problem
-        self.goal_space = goal_space(env_id)  # fails fast on an unknown id
-        if counts not in COUNTS:
-            raise ConfigError(f"data.counts must be one of {', '.join(COUNTS)}, got {counts!r}")
-        if backend not in BACKENDS:
-            raise ConfigError(f"data.backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-        if selector.learns and updates_per_frame > 0 and total_frames <= warmup_frames:
-            raise ConfigError(f"data.total_frames ({total_frames}) must exceed data.warmup_frames ({warmup_frames}): "
-                              "learning starts after the warm-up, so this run would learn nothing (raise "
-                              "total_frames or lower warmup_frames)")
-        self.env_id, self.total_frames, self.num_envs = env_id, total_frames, num_envs
-        self.warmup_frames, self.capacity, self.selector = warmup_frames, capacity, selector
-        self.updates_per_frame, self.sigma_every, self.seed = updates_per_frame, sigma_every, seed
-        self.backend, self.storage_device, self.layout = backend, storage_device, layout
-        self.counts, self.rho = counts, rho
+        self.config = DataConfig(**config)
+        c = self.config
+        self.custom = custom_env(c.env_id, c.goal, c.env_package, c.vector)  # checked, its goal space recorded
+        if c.layout is not None:
+            register_layout(c.env_id, c.layout)  # a map that cannot work fails here, naming the problem
+        self.goal_space = goal_space(c.env_id)  # fails fast on an unknown id
         #: What the loop announces (``trained``, ``goals``, ``frames``): callbacks subscribe in their ``setup``.
         self.events = Events()
         self.exploration: Exploration | None = None  # built in setup; after teardown closed, still readable
@@ -126,16 +64,14 @@ class ExplorationDataModule(pl.LightningDataModule):
 
     def _build(self) -> None:
         learner, strategy = self.trainer.lightning_module, self.trainer.strategy
-        self.total_frames, note = whole_steps(self.total_frames, self.num_envs * self.trainer.world_size)
-        if note and self.trainer.is_global_zero:
-            print(note, file=sys.stderr, flush=True)
-        self.exploration = build(
-            env_id=self.env_id, goal_space=self.goal_space, custom=self.custom, selector=self.selector,
-            agent=learner, num_envs=self.num_envs, total_frames=self.total_frames, warmup_frames=self.warmup_frames,
-            capacity=self.capacity, sigma_every=self.sigma_every, backend=self.backend, counts=self.counts,
-            rho=self.rho, storage_device=self.storage_device, seed=self.seed, rank=self.trainer.global_rank,
-            world_size=self.trainer.world_size, gather_device=strategy.root_device, events=self.events,
-            device=learner.device)
+        total_frames, note = whole_steps(self.config.total_frames, self.config.num_envs * self.trainer.world_size)
+        if note:
+            if self.trainer.is_global_zero:
+                print(note, file=sys.stderr, flush=True)
+            self.config = replace(self.config, total_frames=total_frames)  # a new value: the config stays frozen
+        self.exploration = build(self.config, goal_space=self.goal_space, custom=self.custom, agent=learner,
+                                 rank=self.trainer.global_rank, world_size=self.trainer.world_size,
+                                 gather_device=strategy.root_device, events=self.events, device=learner.device)
         self.steps = TrainingSteps(self.exploration, self.budget)
 
     def teardown(self, stage: str) -> None:
@@ -144,8 +80,8 @@ class ExplorationDataModule(pl.LightningDataModule):
 
     @property
     def budget(self) -> Budget:
-        return Budget(self.total_frames, self.warmup_frames, self.updates_per_frame,
-                      learns=self.selector.learns and self.updates_per_frame > 0)
+        c = self.config
+        return Budget(c.total_frames, c.warmup_frames, c.updates_per_frame, learns=c.learns)
 
     # ---- what callbacks read (their view: exploration/view.py's RunView) ------------------------
     @property

@@ -15,9 +15,9 @@ from torchrl.envs import TransformedEnv
 
 from sun_lightning.envs.registry import GoalSpace
 from sun_lightning.exploration.agent import Agent
+from sun_lightning.exploration.config import DataConfig
 from sun_lightning.exploration.events import Events
 from sun_lightning.exploration.stats import CollectionStats
-from sun_lightning.goals.base import GoalSelector
 from sun_lightning.goals.transform import GoalSelectionTransform
 from sun_lightning.replay.counted import CountedReplay
 from sun_lightning.replay.counts import Pseudocount
@@ -32,9 +32,8 @@ class Exploration:
     rank steps its own ``vector_env``.
     """
 
-    env_id: str
+    config: DataConfig  # the run's ``data`` config (its ``num_envs``: this process's envs)
     goal_space: GoalSpace
-    selector: GoalSelector
     agent: Agent  # the learner, as the loop and the selection transform see it
     sampler: Any  # the learner's replay sampler (relabelled batches, SPEC §5)
     replay: CountedReplay  # D and the counts of its entries (SPEC §4), written together
@@ -43,7 +42,6 @@ class Exploration:
     env: TransformedEnv
     policy: Any  # the learner's acting policy (TensorDict in, action out)
     collector: Collector
-    num_envs: int  # this process's envs
     rank: int = 0
     world_size: int = 1
     gather_device: torch.device | None = None  # where ranks exchange their steps (DDP)

@@ -77,7 +77,7 @@ def end_warmup(x: Exploration) -> None:
 def owe_updates(x: Exploration, budget: Budget) -> int:
     """The updates this step earns: one per frame collected after the warm-up; under DDP each rank's updates are
     for its own envs' frames (a DDP update averages one batch per rank: as many samples per frame)."""
-    fresh = min(x.num_envs * x.world_size, x.frames - budget.warmup_frames) / x.world_size
+    fresh = min(x.config.num_envs * x.world_size, x.frames - budget.warmup_frames) / x.world_size
     x.credit += fresh * budget.updates_per_frame
     updates = int(x.credit)
     x.credit -= updates

@@ -90,6 +90,7 @@ def load_exploration_state(x: Exploration, state: dict[str, Any]) -> None:
         carrier = carried_step(x.collector)
         carrier.update_(TensorDict(own["carrier"], batch_size=carrier.batch_size).to(carrier.device))
     else:
-        warnings.warn(f"{x.env_id}'s state cannot be saved: its episodes in progress restart on resume", stacklevel=2)
+        warnings.warn(f"{x.config.env_id}'s state cannot be saved: its episodes in progress restart on resume",
+                      stacklevel=2)
         x.collector.reset()
     x.pending_rng = own["rng"]

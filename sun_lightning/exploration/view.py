@@ -14,9 +14,9 @@ import torch
 
 from sun_lightning.envs.custom import CustomEnv
 from sun_lightning.envs.registry import GoalSpace
+from sun_lightning.exploration.config import DataConfig
 from sun_lightning.exploration.events import Events
 from sun_lightning.exploration.stats import CollectionStats
-from sun_lightning.goals.base import GoalSelector
 from sun_lightning.replay.storage import GoalReplayStorage
 
 
@@ -24,14 +24,9 @@ class RunView(Protocol):
     """One running exploration as its readers see it (:class:`~sun_lightning.exploration.datamodule.
     ExplorationDataModule` is one, after its ``setup``)."""
 
-    env_id: str
+    config: DataConfig  # the run's ``data`` config; after ``setup`` its total_frames are whole vector steps
     goal_space: GoalSpace
-    selector: GoalSelector
     custom: CustomEnv | None  # a user's environment (data.goal), else None
-    layout: str | None  # a gridworld's map given in the config, else None
-    num_envs: int  # envs of one process
-    total_frames: int  # the frame budget, in whole vector steps
-    warmup_frames: int
     events: Events  # ``frames`` and ``goals`` (exploration/events.py)
 
     @property

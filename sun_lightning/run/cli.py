@@ -3,7 +3,7 @@
 Configuration is the constructors' signatures: ``model`` is an
 :class:`~sun_lightning.learners.base.Learner` subclass (the DQN variant for
 discrete actions), ``data`` the :class:`~sun_lightning.exploration.datamodule.ExplorationDataModule`
-(environment, selection rule, replay), ``metrics`` the
+(environment, selection rule, replay: the fields of :class:`~sun_lightning.exploration.config.DataConfig`), ``metrics`` the
 :class:`~sun_lightning.callbacks.exploration.ExplorationLogger`, ``eval`` the goal-reaching evaluation
 :class:`~sun_lightning.callbacks.evaluation.GoalEvaluation` and ``results`` the
 :class:`~sun_lightning.callbacks.results.ResultsLogger` (heatmaps and curves). Runs are tracked with an
@@ -27,6 +27,7 @@ from sun_lightning.callbacks.groups import CALLBACK_GROUPS, callback_class
 from sun_lightning.callbacks.progress import FrameProgressBar
 from sun_lightning.learners import precision
 from sun_lightning.checkpoints import run_folders
+from sun_lightning.exploration.config import DataConfig
 from sun_lightning.exploration.datamodule import ExplorationDataModule
 from sun_lightning.exploration.view import run_view
 from sun_lightning.envs import env_ids
@@ -134,7 +135,7 @@ class SUNCLI(LightningCLI):
     def _goal_space(self, datamodule: ExplorationDataModule):
         """The goal space the learner gets, once its family fits the env's actions (one line if not)."""
         config = self.config.get(self.subcommand) if self.subcommand else self.config
-        check_family(config.model.class_path, datamodule.goal_space, datamodule.env_id)
+        check_family(config.model.class_path, datamodule.goal_space, datamodule.config.env_id)
         return datamodule.goal_space
 
     def before_fit(self) -> None:
@@ -209,7 +210,7 @@ class SUNCLI(LightningCLI):
                 self.folder_line = (f"note: {base} holds an earlier run's checkpoints; this run writes its own to "
                                     f"{config.checkpoint.dirpath}")
         # Every value against its constructor's annotated domain, before anything is built.
-        check_config(config, {"model": None, "data": ExplorationDataModule,
+        check_config(config, {"model": None, "data": DataConfig,
                               **{group: callback_class(group) for group in CALLBACK_GROUPS}})
         if self.subcommand == "fit" and config.get("ckpt_path"):
             last = config.ckpt_path == "last"

@@ -34,7 +34,7 @@ from sun_lightning.run import precheck_env
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
 #: Config group → the class its keys are constructor arguments of (as ``cli.SUNCLI`` adds them).
 GROUPS = {"trainer": "lightning.pytorch.trainer.trainer.Trainer",
-          "data": "sun_lightning.exploration.datamodule.ExplorationDataModule",
+          "data": "sun_lightning.exploration.config.DataConfig",
           **{group: path for group, (path, _) in CALLBACK_GROUPS.items()}}
 #: The order in which the CLI checks the groups' domains (``SUNCLI.before_instantiate_classes``).
 DOMAIN_ORDER = ("model", "data", *CALLBACK_GROUPS)
@@ -96,8 +96,8 @@ def _absolute(module: str, node: ast.ImportFrom) -> str:
 
 
 def signature(class_path: str, depth: int = 0) -> dict[str, Param] | None:
-    """The constructor arguments of ``class_path`` (a base's too where ``**kwargs`` forwards to it), read from
-    source; ``None`` where some of them cannot be known without importing."""
+    """The constructor arguments of ``class_path`` (a base's too where ``**kwargs`` forwards to it; a dataclass's
+    fields), read from source; ``None`` where some of them cannot be known without importing."""
     module, _, name = class_path.rpartition(".")
     found = _find_class(module, name) if depth < 6 else None
     if found is None:
@@ -105,6 +105,8 @@ def signature(class_path: str, depth: int = 0) -> dict[str, Param] | None:
     module, node = found
     init = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
     bases = [_base_path(module, base) for base in node.bases]
+    if init is None and _is_dataclass(node):
+        return _fields(node, bases, depth)
     if init is None:
         return signature(bases[0], depth + 1) if bases and bases[0] else ({} if not node.bases else None)
     args = init.args
@@ -121,6 +123,38 @@ def signature(class_path: str, depth: int = 0) -> dict[str, Param] | None:
         if base is None:
             return None
         params = {**base, **params}
+    return params
+
+
+def _is_dataclass(node: ast.ClassDef) -> bool:
+    """``@dataclass`` or ``@dataclass(...)`` (not ``init=False``: then its ``__init__`` is someone else's)."""
+    for decorator in node.decorator_list:
+        call = decorator if isinstance(decorator, ast.Call) else None
+        target = call.func if call else decorator
+        if (target.id if isinstance(target, ast.Name) else getattr(target, "attr", None)) == "dataclass":
+            return not any(k.arg == "init" and _literal(k.value) is False for k in (call.keywords if call else ()))
+    return False
+
+
+def _fields(node: ast.ClassDef, bases: list[str | None], depth: int) -> dict[str, Param] | None:
+    """A dataclass's constructor: its bases' fields, then its own annotated ones (``ClassVar`` ones are not fields)."""
+    params: dict[str, Param] = {}
+    for base in bases:
+        found = _find_class(*base.rsplit(".", 1)) if base else None
+        if found is None or not _is_dataclass(found[1]):
+            return None  # a base that is no dataclass we can read: its part of the constructor is unknown
+        inherited = signature(base, depth + 1)
+        if inherited is None:
+            return None
+        params.update(inherited)
+    for item in node.body:
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+            annotation = ast.unparse(item.annotation)
+            if "ClassVar" in annotation:
+                continue
+            if "InitVar" in annotation or "KW_ONLY" in annotation:
+                return None  # init-only and keyword-only markers: not worth reading
+            params[item.target.id] = Param(annotation, _literal(item.value))
     return params
 
 
@@ -372,7 +406,7 @@ def _check_family(model_path: str | None, values: dict) -> None:
 
 
 def _check_budget(known: _Known, values: dict) -> None:
-    """``ExplorationDataModule``'s check that a learning run outlasts its warm-up, for the rules known to learn."""
+    """``DataConfig``'s check that a learning run outlasts its warm-up, for the rules known to learn."""
     params = known.groups.get("data")
     if params is None or "data.selector" in values:
         return  # another rule: whether it learns is in its class, read by the live parser

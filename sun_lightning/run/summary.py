@@ -20,7 +20,8 @@ def run_summary(trainer, folder_line: str | None = None) -> str:
     final = next((cb.final for cb in trainer.callbacks if isinstance(cb, ExplorationLogger)), {})
     shown = "  ".join(f"{name.rsplit('/', 1)[-1]}={final[name]:.4f}" for name in SUMMARY_METRICS if name in final)
     interrupted = any(getattr(cb, "interrupted", False) for cb in trainer.callbacks)
-    lines = [f"{'stopped (Ctrl-C)' if interrupted else 'done'}: {run.frames} env frames of {run.env_id}  {shown}"]
+    ended = "stopped (Ctrl-C)" if interrupted else "done"
+    lines = [f"{ended}: {run.frames} env frames of {run.config.env_id}  {shown}"]
     for logger in trainer.loggers:
         if isinstance(logger, SUNMLFlowLogger):  # its lines survive a store that failed during the run
             lines.extend(logger.summary_lines())

@@ -110,17 +110,17 @@ def budget_args(config: str | Path, scale: float) -> tuple[str, ...]:
     if scale == 1:
         return ()
     from sun_lightning.callbacks.exploration import ExplorationLogger  # torchrl: imported only when a budget is scaled
-    from sun_lightning.exploration.datamodule import ExplorationDataModule
+    from sun_lightning.exploration.config import DataConfig
 
     tree = yaml.safe_load(Path(config).read_text()) or {}
     data, metrics = tree.get("data") or {}, tree.get("metrics") or {}
-    step = int(data.get("num_envs", _default(ExplorationDataModule, "num_envs")))
+    step = int(data.get("num_envs", _default(DataConfig, "num_envs")))
 
     def scaled(value) -> str:
         return str(max(step, round(float(value) * scale / step) * step))
 
-    total = data.get("total_frames", _default(ExplorationDataModule, "total_frames"))
-    warmup = data.get("warmup_frames", _default(ExplorationDataModule, "warmup_frames"))
+    total = data.get("total_frames", _default(DataConfig, "total_frames"))
+    warmup = data.get("warmup_frames", _default(DataConfig, "warmup_frames"))
     log = metrics.get("log_every_frames", _default(ExplorationLogger, "log_every_frames"))
     every = (tree.get("checkpoint") or {}).get("every_frames", 10_000)
     return ("--data.total_frames", scaled(total), "--data.warmup_frames", scaled(warmup),

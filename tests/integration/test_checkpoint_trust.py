@@ -225,14 +225,14 @@ def _configurable():
     from sun_lightning.callbacks.checkpoint import FrameCheckpoint
     from sun_lightning.callbacks.exploration import ExplorationLogger
     from sun_lightning.run.cli import LEARNERS
-    from sun_lightning.exploration.datamodule import ExplorationDataModule
+    from sun_lightning.exploration.config import DataConfig
     from sun_lightning.goals.ensemble import DISCOVER
 
     learners = []
     for path in LEARNERS:
         module, _, name = path.rpartition(".")
         learners.append(getattr(__import__(module, fromlist=[name]), name))
-    return [*learners, ExplorationDataModule, DISCOVER, FrameCheckpoint, ExplorationLogger]
+    return [*learners, DataConfig, DISCOVER, FrameCheckpoint, ExplorationLogger]
 
 
 def _bare(hint) -> set:

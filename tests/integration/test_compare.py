@@ -28,7 +28,7 @@ def test_every_method_is_a_valid_override(method, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cli = main(["--config", str(ROOT / "conf/three_room.yaml"),
                 *method_args(method), "--trainer.logger", "false"], run=False)
-    selector = type(cli.datamodule.selector).__name__
+    selector = type(cli.datamodule.config.selector).__name__
     expected = {"sun": "SUNAdaptive", "sun_per_step": "SUNPerStep", "sun_episodic": "SUNEpisodic",
                 "sun_additive": "SUNAdditive", "novelty_only": "NoveltyOnly", "reachability_only": "ReachabilityOnly",
                 "discover": "DISCOVER", "discover_raw": "DISCOVERRaw", "adagoal": "AdaGoal",
@@ -37,7 +37,7 @@ def test_every_method_is_a_valid_override(method, tmp_path, monkeypatch):
     ensemble = type(cli.model).__name__ == "EnsembleDQNSVF"
     assert ensemble == (method in ("discover", "discover_raw", "adagoal"))
     if method.startswith("discover"):
-        assert cli.datamodule.selector.beta == 10.0  # the DQN variant's DISCOVER: the paper's own code
+        assert cli.datamodule.config.selector.beta == 10.0  # the DQN variant's DISCOVER: the paper's own code
 
 
 def test_unknown_method_names_the_known_ones():
@@ -182,7 +182,7 @@ def test_ensembles_follow_the_configs_learner(method, config, tmp_path, monkeypa
     expected = {"discover": "EnsembleTD3SVF", "discover_raw": "EnsembleTD3SVF", "adagoal": "EnsembleTD3SVF",
                 "sun": "TD3SVF", "mega": "TD3SVF", "mega_pseudocount": "TD3SVF"}[method]
     assert type(cli.model).__name__ == expected
-    selector = cli.datamodule.selector
+    selector = cli.datamodule.config.selector
     if method == "discover":  # the official TD3 code's selection, its presets' pool size
         assert type(selector).__name__ == "DISCOVERTD3"
         assert selector.num_candidates == (10000 if config.stem == "antmaze" else 5000)

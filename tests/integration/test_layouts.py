@@ -76,7 +76,7 @@ def test_the_layout_is_registered_under_its_own_id():
     with pytest.raises(ConfigError, match=r"needs an id of the form sun_lightning/<Name>-v0, got 'TestRoom'"):
         register_layout("TestRoom", "S . G")
     with pytest.raises(ConfigError, match="unknown symbol 'X' at row 0, column 2"):  # checked when the data is built
-        ExplorationDataModule("sun_lightning/TestRoomB-v0", total_frames=600, warmup_frames=400, layout="S . X")
+        ExplorationDataModule(env_id="sun_lightning/TestRoomB-v0", total_frames=600, warmup_frames=400, layout="S . X")
 
 
 def _readme_layout_config() -> str:
@@ -95,7 +95,7 @@ def test_the_readme_custom_gridworld_config_trains(tmp_path, monkeypatch):
                 "--metrics.log_every_frames", "200", "--metrics.verbose", "false", "--results.fractions", "[1.0]",
                 "--trainer.enable_progress_bar", "false", "--trainer.logger.init_args.tracking_uri", store])
     dm = cli.datamodule
-    assert dm.env_id == "sun_lightning/Corridor-v0" and dm.exploration.vector_env.layout is LAYOUTS["sun_lightning/Corridor-v0"]
+    assert dm.config.env_id == "sun_lightning/Corridor-v0" and dm.exploration.vector_env.layout is LAYOUTS["sun_lightning/Corridor-v0"]
     assert dm.frames == 600 and cli.model.updates == 200
     client = mlflow.MlflowClient(store)
     (run,) = client.search_runs([client.get_experiment_by_name("sun_lightning").experiment_id])

@@ -36,7 +36,7 @@ class DumpState(pl.Callback):
         self.started = None
 
     def _on_frames(self, frames):
-        if self.started is None and frames > self.dm.warmup_frames:
+        if self.started is None and frames > self.dm.config.warmup_frames:
             self.started, self.start_frames, self.start_updates = time.perf_counter(), frames, self.module.updates
 
     def on_fit_end(self, trainer, pl_module):

@@ -13,6 +13,7 @@ from tensordict import TensorDict
 import sun_lightning.envs  # noqa: F401  (registers the environments)
 from sun_lightning import keys
 from sun_lightning.envs.registry import goal_space
+from sun_lightning.exploration.config import DataConfig
 from sun_lightning.exploration.events import TOPICS, Events
 from sun_lightning.exploration.handle import Exploration
 from sun_lightning.exploration.loop import Budget, collect
@@ -91,11 +92,12 @@ def exploration(num_envs: int = 2, goals: bool = False, log: list | None = None)
     agent, capacity = FakeAgent(), 64 * num_envs
     transform = SimpleNamespace(active=False, exploration_state=lambda: {"goals": 1},
                                 load_exploration_state=lambda state: None)
-    return Exploration(env_id=THREE_ROOM, goal_space=SPACE, selector=None, agent=agent, sampler=FakeSampler(),
+    return Exploration(config=DataConfig(env_id=THREE_ROOM, num_envs=num_envs), goal_space=SPACE, agent=agent,
+                       sampler=FakeSampler(),
                        replay=CountedReplay(GoalReplayStorage(SPACE, num_envs, capacity),
                                             ExactCount(SPACE.obs_dim * SPACE.num_actions, capacity, SPACE.num_actions)),
                        vector_env=FakeEnv(), transform=transform, env=None, policy=SimpleNamespace(warmup=True),
-                       collector=FakeCollector(num_envs, agent, [] if log is None else log, goals), num_envs=num_envs)
+                       collector=FakeCollector(num_envs, agent, [] if log is None else log, goals))
 
 
 def listen(x: Exploration, log: list) -> None:

@@ -180,7 +180,7 @@ def test_extend_writes_consecutive_slices_and_tiles():
 def test_batches_already_on_the_learner_device_skip_the_transfer():
     from sun_lightning.exploration.datamodule import ExplorationDataModule
 
-    dm = ExplorationDataModule(THREE_ROOM, warmup_frames=64)
+    dm = ExplorationDataModule(env_id=THREE_ROOM, warmup_frames=64)
     batches = list(SegmentedHindsightSampler().sample(random_storage(THREE_ROOM, steps=100), count=2).unbind(0))
     cpu = torch.device("cpu")
     assert all(b.device == cpu for b in batches)

@@ -140,6 +140,43 @@ def test_a_wrong_value_in_a_config_is_reported_in_seconds(tmp_path):
     assert elapsed < 10, elapsed  # ≤ 3 s on a quiet machine (docs); generous here
 
 
+def test_the_data_keys_are_read_from_the_data_configs_fields():
+    """The ``data`` group is a frozen dataclass with no ``__init__`` of its own: its annotated fields, in order, with
+    the literal defaults the live parser shows."""
+    import dataclasses
+
+    from sun_lightning.exploration.config import DataConfig
+
+    params = precheck.signature(precheck.GROUPS["data"])
+    fields = dataclasses.fields(DataConfig)
+    assert list(params) == [field.name for field in fields]
+    for field in fields:
+        default = params[field.name].default
+        assert params[field.name].annotation == field.type, field.name
+        if field.name in ("env_id", "selector"):  # no default, and a call the sources cannot evaluate
+            assert default is precheck._MISSING, field.name
+        else:
+            assert default == field.default, field.name
+
+
+def test_a_dataclass_signature_takes_its_dataclass_bases_and_skips_class_variables(tmp_path, monkeypatch):
+    package = tmp_path / "precheck_probe"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "shapes.py").write_text(
+        "from dataclasses import dataclass\nfrom typing import ClassVar\n\n\n"
+        "@dataclass\nclass Base:\n    size: int = 3\n\n\n"
+        "@dataclass(frozen=True)\nclass Box(Base):\n    KIND: ClassVar[str] = 'box'\n    name: str = 'b'\n\n\n"
+        "class Plain:\n    def __init__(self, width: int = 1) -> None:\n        pass\n\n\n"
+        "@dataclass\nclass OnPlain(Plain):\n    depth: int = 2\n\n\n"
+        "@dataclass(init=False)\nclass Own:\n    depth: int = 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    box = precheck.signature("precheck_probe.shapes.Box")
+    assert {name: (p.annotation, p.default) for name, p in box.items()} == {"size": ("int", 3), "name": ("str", "b")}
+    assert precheck.signature("precheck_probe.shapes.OnPlain") is None  # a base that is no dataclass: unknown
+    assert precheck.signature("precheck_probe.shapes.Own") == {}  # no __init__ made from the fields: object's
+
+
 # ---- an environment given by its gymnasium id: data.goal and data.env_id ---------------------------------------
 MCC = str(ROOT / "conf/custom/mountain_car_continuous.yaml")
 GOAL_BAD = [
