@@ -40,8 +40,6 @@ PARENT_TAG = "mlflow.parentRunId"
 #: Tag of a comparison's parent run (value ``comparison``); the ``fit`` runs have none.
 KIND_TAG = "kind"
 
-#: The selector class of the configs' default method: the DataModule's default selector (SPEC §3).
-
 
 #: The store a user can always fall back to, as the CLI option that selects it.
 LOCAL_STORE_OPTION = f"--trainer.logger.init_args.tracking_uri {MLFLOW_URI}"
