@@ -35,6 +35,9 @@ class ExplorationLogger(pl.Callback):
       ``fit`` (warm-up, updates, logging and evaluation; the sessions of a resumed run added up, the time between them
       not) and its env frames per second over them: the paper's runtime table (its appendix "Compute Details and
       Runtimes"). Where it ran is the run's ``hardware`` tag.
+    - ``perf/run/cpu_share``: at the end, the CPU seconds this process spent (all its threads) per wall-clock second
+      of the run: about the torch threads it was given when it had its cores, well below when another process
+      shared them, so a run's minutes say whether they were taken under load.
 
     Under DDP the frames and every metric cover all ranks (the ``train/*`` means are averaged over the
     ranks' updates); rank 0 logs them.
@@ -56,6 +59,7 @@ class ExplorationLogger(pl.Callback):
         self._trainer, self._module = trainer, pl_module
         self._schedule, self._last_time, self._last_frames = EveryFrames(self.log_every_frames), time.perf_counter(), 0
         self._started, self._seconds_before = time.perf_counter(), 0.0
+        self._cpu_started, self._cpu_before = time.process_time(), 0.0
         self._run.events.subscribe("frames", self._on_frames)
 
     def _on_frames(self, frames: int) -> None:
@@ -98,20 +102,28 @@ class ExplorationLogger(pl.Callback):
         """Wall-clock seconds of the run so far: this session's and those of the sessions it resumes."""
         return self._seconds_before + time.perf_counter() - self._started
 
+    def run_cpu_seconds(self) -> float:
+        """CPU seconds this process spent on the run so far (every thread), this session's and the resumed ones'."""
+        return self._cpu_before + time.process_time() - self._cpu_started
+
     def state_dict(self) -> dict:
-        # The logging schedule, so that a resumed run logs at the frames the uninterrupted one does; its clock.
-        return {"next": self._schedule.next, "last_frames": self._last_frames, "seconds": self.run_seconds()}
+        # The logging schedule, so that a resumed run logs at the frames the uninterrupted one does; its clocks.
+        return {"next": self._schedule.next, "last_frames": self._last_frames, "seconds": self.run_seconds(),
+                "cpu_seconds": self.run_cpu_seconds()}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self._schedule.next, self._last_frames = state_dict["next"], state_dict["last_frames"]
         self._seconds_before = state_dict.get("seconds", 0.0)  # checkpoints written before the clock: from here
+        # Checkpoints written before the CPU clock: its share stays unknown (NaN) rather than understated.
+        self._cpu_before = state_dict.get("cpu_seconds", float("nan"))
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         frames = self._run.frames
         if frames != self._last_frames:
             self.final = self.log_now(frames)
         seconds = self.run_seconds()
-        runtime = {"perf/run/minutes": seconds / 60, "perf/run/frames_per_second": frames / max(seconds, 1e-9)}
+        runtime = {"perf/run/minutes": seconds / 60, "perf/run/frames_per_second": frames / max(seconds, 1e-9),
+                   "perf/run/cpu_share": self.run_cpu_seconds() / max(seconds, 1e-9)}
         if trainer.is_global_zero:
             for logger in trainer.loggers:
                 logger.log_metrics(runtime, step=frames)

@@ -290,6 +290,7 @@ def write_report(out_dir: str | Path, env_id: str, runs: dict[str, list[RunRecor
                 "frames": r.frames, **{k.replace(" ", "_").replace("-", "").lower(): csv_value(v)
                                        for k, v in run_values(r).items()},
                 "minutes": csv_value(r.minutes), "frames_per_second": csv_value(r.frames_per_second),
+                "cpu_share": csv_value(r.cpu_share),
                 "hardware": r.hardware or NA}
                for records in runs.values() for r in records]
     written += [report, write_csv(out / "summary.csv", rows), write_csv(out / "runs.csv", per_run)]

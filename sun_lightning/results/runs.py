@@ -23,6 +23,8 @@ SELECTED = "explore/goals/selected"
 #: The run's wall-clock minutes and env frames per second over them, logged at its end
 #: (:class:`~sun_lightning.callbacks.exploration.ExplorationLogger`).
 MINUTES, FRAMES_PER_SECOND = "perf/run/minutes", "perf/run/frames_per_second"
+#: CPU seconds of the run's process per wall-clock second: whether its minutes were taken under load.
+CPU_SHARE = "perf/run/cpu_share"
 #: Where the results callback puts its heatmap snapshots in a run's artifacts.
 HEATMAP_DIR = "heatmaps"
 
@@ -64,6 +66,11 @@ class RunRecord:
     def frames_per_second(self) -> float | None:
         """Env frames per wall-clock second over the whole run (``None``: not recorded)."""
         return self.final.get(FRAMES_PER_SECOND)
+
+    @property
+    def cpu_share(self) -> float | None:
+        """The run's CPU seconds per wall-clock second (``None``: not recorded; NaN: resumed from an older checkpoint)."""
+        return self.final.get(CPU_SHARE)
 
     def auc(self, metric: str) -> float | None:
         """Area under ``metric``'s curve against env frames (:func:`~sun_lightning.metrics.auc.curve_auc`)."""

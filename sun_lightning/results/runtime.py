@@ -52,12 +52,14 @@ def report_lines(runs: dict[str, list[RunRecord]]) -> list[str]:
     if not any(r.minutes is not None for records in runs.values() for r in records):
         return []
     lines = ["", "Run time (wall clock from the start of `fit` to its end, warm-up and evaluation included; "
-             "`perf/run/minutes`, `perf/run/frames_per_second`):", "",
-             "| method | minutes | frames/s | hardware |", "|---|---|---|---|"]
+             "`perf/run/minutes`, `perf/run/frames_per_second`; CPU share: the run's CPU seconds per wall-clock "
+             "second, `perf/run/cpu_share`, about its torch threads when it had its cores, below when it shared them):",
+             "", "| method | minutes | frames/s | CPU share | hardware |", "|---|---|---|---|---|"]
     for method, records in runs.items():
         places = ", ".join(dict.fromkeys(r.hardware or "not recorded" for r in records)) or "n/a"
         lines.append(f"| {label(method)} | {format_interval(minutes(records), 1)} | "
-                     f"{format_interval(mean_interval([r.frames_per_second for r in records]), 1)} | {places} |")
+                     f"{format_interval(mean_interval([r.frames_per_second for r in records]), 1)} | "
+                     f"{format_interval(mean_interval([_known(r.cpu_share) for r in records]), 2)} | {places} |")
     return lines
 
 
@@ -72,6 +74,11 @@ def speedups(study: Study, baselines: Sequence[str] = tuple(PAPER_SPEEDUPS), env
         pairs = [(b, s) for b, s in pairs if minutes_exist(b) and minutes_exist(s)]
         out[baseline] = (mean_ratio_interval(pairs), len(pairs))
     return out
+
+
+def _known(value: float | None) -> float | None:
+    """A recorded figure, ``None`` where it is missing or unknown (NaN: a run resumed from before the clock)."""
+    return None if value is None or value != value else value
 
 
 def minutes_exist(values: Sequence[float | None]) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 from pathlib import Path
 
 import mlflow
@@ -109,6 +110,8 @@ def test_a_fit_leaves_a_run_a_researcher_can_read(tmp_path, monkeypatch):
     # its wall-clock minutes and frames/s, on the run and in the comparison report's runs.csv beside its hardware
     minutes, fps = run.data.metrics["perf/run/minutes"], run.data.metrics["perf/run/frames_per_second"]
     assert 0 < minutes < 10 and fps == pytest.approx(800 / (60 * minutes), rel=1e-6)
+    # the CPU it had: one torch thread and the env loop on a quiet core make about 1; it cannot exceed the cores
+    assert 0 < run.data.metrics["perf/run/cpu_share"] <= os.cpu_count()
     record = finished_runs(client, "sun_lightning")["ThreeRoom-sun-seed1"]
     write_report(tmp_path / "report", "sun_lightning/ThreeRoom-v0", {"sun": [record]}, {})
     (row,) = csv.DictReader(open(tmp_path / "report/runs.csv"))

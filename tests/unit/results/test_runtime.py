@@ -7,33 +7,37 @@ import csv
 import pytest
 
 from sun_lightning.results.report import write_report
-from sun_lightning.results.runs import FRAMES_PER_SECOND, MINUTES, RunRecord
+from sun_lightning.results.runs import CPU_SHARE, FRAMES_PER_SECOND, MINUTES, RunRecord
 from sun_lightning.results.runtime import PAPER_SPEEDUPS, speedups, study_lines
 
 COV, ENT = "explore/visits/coverage", "explore/visits/entropy"
 CPU = "cpu (AMD EPYC 9965, 2 cores)"
 
 
-def timed(env: str, method: str, seed: int, minutes: float | None, frames: int = 2000) -> RunRecord:
+def timed(env: str, method: str, seed: int, minutes: float | None, frames: int = 2000,
+          cpu_share: float | None = None) -> RunRecord:
     final = {COV: 0.5, ENT: 0.5}
     if minutes is not None:
         final |= {MINUTES: minutes, FRAMES_PER_SECOND: frames / (60 * minutes)}
+    if cpu_share is not None:
+        final[CPU_SHARE] = cpu_share
     return RunRecord(f"{env}-{method}-seed{seed}", f"id-{env}-{method}-{seed}", method, seed, final,
                      {COV: ([1000, frames], [0.4, 0.5]), ENT: ([1000, frames], [0.4, 0.5])}, 10.0, CPU)
 
 
 def test_the_report_gives_each_methods_minutes_frames_per_second_and_hardware(tmp_path):
-    runs = {"sun": [timed("ThreeRoom", "sun", 0, 2.0), timed("ThreeRoom", "sun", 1, 4.0)],
-            "adagoal": [timed("ThreeRoom", "adagoal", 0, 10.0)],
+    runs = {"sun": [timed("ThreeRoom", "sun", 0, 2.0, cpu_share=1.0), timed("ThreeRoom", "sun", 1, 4.0, cpu_share=0.5)],
+            "adagoal": [timed("ThreeRoom", "adagoal", 0, 10.0, cpu_share=float("nan"))],  # resumed from before it
             "random": [timed("ThreeRoom", "random", 0, None)]}  # a run from before the clock
     write_report(tmp_path, "sun_lightning/ThreeRoom-v0", runs, {})
     text = (tmp_path / "report.md").read_text()
-    # two seeds: 3.0 [2.0, 4.0]; frames/s 2000/120 = 16.7 and 2000/240 = 8.3 → 12.5 [8.3, 16.7]
-    assert f"| SUN adaptive | 3.0 [2.0, 4.0] (n = 2) | 12.5 [8.3, 16.7] (n = 2) | {CPU} |" in text
-    assert f"| AdaGoal | 10.0 (n = 1) | 3.3 (n = 1) | {CPU} |" in text
-    assert f"| Random | n/a | n/a | {CPU} |" in text
-    first = next(csv.DictReader(open(tmp_path / "runs.csv")))
+    # two seeds: 3.0 [2.0, 4.0]; frames/s 2000/120 = 16.7 and 2000/240 = 8.3 → 12.5 [8.3, 16.7]; CPU share 0.75
+    assert f"| SUN adaptive | 3.0 [2.0, 4.0] (n = 2) | 12.5 [8.3, 16.7] (n = 2) | 0.75 [0.50, 1.00] (n = 2) | {CPU} |" in text
+    assert f"| AdaGoal | 10.0 (n = 1) | 3.3 (n = 1) | n/a | {CPU} |" in text
+    assert f"| Random | n/a | n/a | n/a | {CPU} |" in text
+    first, second = list(csv.DictReader(open(tmp_path / "runs.csv")))[:2]
     assert (first["minutes"], first["frames_per_second"], first["hardware"]) == ("2", "16.6667", CPU)
+    assert (first["cpu_share"], second["cpu_share"]) == ("1", "0.5")
     # no run with minutes: no section
     write_report(tmp_path / "none", "sun_lightning/ThreeRoom-v0", {"random": [timed("ThreeRoom", "random", 0, None)]}, {})
     assert "Run time" not in (tmp_path / "none/report.md").read_text()
