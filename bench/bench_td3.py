@@ -35,7 +35,7 @@ def prepare(config: str, device: str):
                 "--trainer.devices", "1", "--metrics.verbose", "false", "--trainer.logger", "false",
                 "--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false"], run=False)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-    return cli.model.to(cli.datamodule.storage.device), cli.datamodule  # (fit ends with the module on the CPU)
+    return cli.model.to(cli.datamodule.exploration.storage.device), cli.datamodule.exploration  # (fit ends with the module on the CPU)
 
 
 def standalone(learner, graph: bool = False):
@@ -48,13 +48,13 @@ def standalone(learner, graph: bool = False):
     return learner
 
 
-def time_updates(learner, dm, updates: int, precision: str, device: str) -> float:
+def time_updates(learner, run, updates: int, precision: str, device: str) -> float:
     """Median seconds per update (after the untimed ones that warm up and capture each plan) on 8 batches
     drawn from D, cycled."""
     import torch
 
     m = learner.batches_per_update
-    batches = [dm.exploration.sampler.sample(dm.storage, dm.scale(), count=m if m > 1 else None) for _ in range(8)]
+    batches = [run.sampler.sample(run.storage, run.scale(), count=m if m > 1 else None) for _ in range(8)]
     context = (lambda: torch.autocast(device, dtype=torch.bfloat16)) if precision == "bf16-mixed" else nullcontext
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     times = []
@@ -89,7 +89,7 @@ def main() -> None:
     print(f"device {args.device}, {args.threads} threads; bf16 matrix units: {bf16_units(args.device) or 'none'}")
     rows = []
     for config in args.configs:
-        single, dm = prepare(config, args.device)
+        single, run = prepare(config, args.device)
         torch.manual_seed(0)
         hp = {k: v for k, v in single.hparams.items() if k != "goal_space" and not k.startswith("_")}
         ensemble = EnsembleTD3SVF(single.goal_space, **hp).to(single.device)
@@ -98,7 +98,7 @@ def main() -> None:
         for name, learner in (("single", single), ("ensemble of 4", ensemble)):
             for precision in PRECISIONS:
                 for mode in modes:
-                    ms = 1000 * time_updates(standalone(learner, mode == "graph"), dm, args.updates, precision,
+                    ms = 1000 * time_updates(standalone(learner, mode == "graph"), run, args.updates, precision,
                                              args.device)
                     rows.append((config, name, precision, mode, ms))
                     print(f"{config:<24s} {name:<14s} {precision:<11s} {mode:<6s} {ms:8.2f} ms/update "
@@ -107,7 +107,7 @@ def main() -> None:
             single.hparams.compile_targets = True
             standalone(single)
             for precision in PRECISIONS:
-                ms = 1000 * time_updates(single, dm, args.updates, precision, args.device)
+                ms = 1000 * time_updates(single, run, args.updates, precision, args.device)
                 print(f"{config:<24s} {'single, compiled targets':<14s} {precision:<11s} {ms:8.1f} ms/update", flush=True)
             single.hparams.compile_targets, single._compiled = False, None
         if args.frames:

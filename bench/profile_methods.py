@@ -70,7 +70,7 @@ def profile(config: str, method: str, warmup: int, frames: int) -> dict[str, flo
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     profiler.disable()
     total = time.perf_counter() - mark["start"]
-    learned = cli.datamodule.frames - mark["frames"]
+    learned = cli.datamodule.exploration.frames - mark["frames"]
     stats = pstats.Stats(profiler).stats
     out = {}
     for phase, owners in PHASES.items():

@@ -72,7 +72,7 @@ def build(config: DataConfig, *, goal_space: GoalSpace, custom: CustomEnv | None
     collector = Collector(env, policy, frames_per_batch=num_envs, total_frames=-1, track_traj_ids=False,
                           auto_register_policy_transforms=False)
     return Exploration(config=config, goal_space=goal_space, agent=agent, sampler=sampler, replay=replay,
-                       vector_env=vec, transform=transform, env=env, policy=policy, collector=collector, rank=rank,
+                       vector_env=vec, transform=transform, env=env, policy=policy, collector=collector, custom=custom, rank=rank,
                        world_size=world_size, gather_device=gather_device, run_seed=run_seed, env_seed=env_seed,
                        events=events if events is not None else Events())
 

@@ -31,7 +31,6 @@ from sun_lightning.exploration.handle import Exploration
 from sun_lightning.exploration.loop import Budget, whole_steps
 from sun_lightning.exploration.prefetch import TrainingSteps
 from sun_lightning.exploration.state import exploration_state, load_exploration_state
-from sun_lightning.exploration.stats import CollectionStats
 
 
 class ExplorationDataModule(pl.LightningDataModule):
@@ -82,35 +81,6 @@ class ExplorationDataModule(pl.LightningDataModule):
     def budget(self) -> Budget:
         c = self.config
         return Budget(c.total_frames, c.warmup_frames, c.updates_per_frame, learns=c.learns)
-
-    # ---- what callbacks read (their view: exploration/view.py's RunView) ------------------------
-    @property
-    def frames(self) -> int:
-        """Env frames of the whole job so far (every rank's under DDP)."""
-        return self.exploration.frames if self.exploration is not None else 0
-
-    @property
-    def storage(self):
-        """The replay storage D."""
-        return self.exploration.storage
-
-    @property
-    def pseudocount(self):
-        """The counts of D's entries (SPEC §4)."""
-        return self.exploration.pseudocount
-
-    @property
-    def window(self) -> CollectionStats:
-        """The logging window's goal statistics."""
-        return self.exploration.stats
-
-    @property
-    def run_seed(self) -> int:
-        return self.exploration.run_seed
-
-    def scale(self) -> torch.Tensor | None:
-        """The radius pseudocount's goal standardization σ̃ (``None`` for exact counts)."""
-        return self.exploration.scale()
 
     # ---- Lightning's data ----------------------------------------------------------------------
     def train_dataloader(self) -> DataLoader:

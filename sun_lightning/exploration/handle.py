@@ -1,5 +1,6 @@
 """One run's exploration, as :func:`~sun_lightning.exploration.build.build` makes it: everything the loop steps and
-a checkpoint saves (:mod:`~sun_lightning.exploration.state`), in one typed handle."""
+a checkpoint saves (:mod:`~sun_lightning.exploration.state`), in one typed handle; callbacks read it through
+:class:`~sun_lightning.exploration.view.RunView`, a narrow view of the same object."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.collectors import Collector
 from torchrl.envs import TransformedEnv
 
+from sun_lightning.envs.custom import CustomEnv
 from sun_lightning.envs.registry import GoalSpace
 from sun_lightning.exploration.agent import Agent
 from sun_lightning.exploration.config import DataConfig
@@ -42,13 +44,14 @@ class Exploration:
     env: TransformedEnv
     policy: Any  # the learner's acting policy (TensorDict in, action out)
     collector: Collector
+    custom: CustomEnv | None = None  # a user's environment (data.goal), else None
     rank: int = 0
     world_size: int = 1
     gather_device: torch.device | None = None  # where ranks exchange their steps (DDP)
     run_seed: int = 0  # the run's seed (before the rank offset)
     env_seed: int = 0  # this rank's env seed
     events: Events = field(default_factory=Events)
-    stats: CollectionStats = field(default_factory=CollectionStats)  # the logging window's goal statistics
+    window: CollectionStats = field(default_factory=CollectionStats)  # the logging window's goal statistics
     frames: int = 0  # env frames of the whole job (every rank's under DDP)
     credit: float = 0.0  # fractional updates owed (updates_per_frame < 1 spreads them over steps)
     # The training steps collected and not trained yet, each its learning batches: a checkpoint written after an

@@ -19,7 +19,7 @@ def record(x: Exploration, step: TensorDictBase) -> None:
         flat = gather_step(flat, all_gather, x.gather_device)
     x.replay.extend(flat)
     x.agent.observe(flat[keys.OBS])
-    x.stats.update(flat)
+    x.window.update(flat)
     if x.events.heard("goals") and keys.GOAL_SELECTED in flat:
         # Before ``frames``, so that what its listeners report at a frame count includes this step's goals.
         if bool((flat[keys.GOAL_SELECTED] | flat[keys.GOAL_REACHED]).any()):

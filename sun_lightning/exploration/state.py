@@ -61,7 +61,7 @@ def exploration_state(x: Exploration) -> dict[str, Any]:
         "credit": x.credit,
         **x.replay.state_dict(),  # "storage" and "pseudocount"
         "policy_warmup": bool(x.policy.warmup),
-        "window": dict(vars(x.stats)),
+        "window": dict(vars(x.window)),
         **own,
     }
 
@@ -81,7 +81,7 @@ def load_exploration_state(x: Exploration, state: dict[str, Any]) -> None:
     x.replay.load_state_dict(state)  # a run extended with another capacity counts D again
     x.transform.load_exploration_state(own["transform"])
     x.policy.warmup = state["policy_warmup"]
-    vars(x.stats).update(state["window"])
+    vars(x.window).update(state["window"])
     x.untrained.clear()
     for batches in own["untrained"]:
         x.untrained.append([TensorDict(data, batch_size=size, device=x.storage.device) for data, size in batches])

@@ -1,8 +1,9 @@
 """What the rest of a run reads of its exploration (SPEC §7, §9): a narrow, typed view, and the one way to it.
 
 Callbacks log, evaluate, draw and checkpoint against the run's env frames and its replay storage D; they need a
-dozen of the data module's values and nothing of how it is built. :class:`RunView` names exactly those, and
-:func:`run_view` is the only reader of ``trainer.datamodule`` outside this package (the layer test,
+dozen of the run's values and nothing of how it is built. :class:`RunView` names exactly those, and
+:func:`run_view`, which hands out the run's :class:`~sun_lightning.exploration.handle.Exploration` typed as this
+view, is the only reader of ``trainer.datamodule`` outside this package (the layer test,
 ``tests/layers.py``, fails on any other), so a rename here is seen by every reader's type, not by a crash mid-run.
 """
 
@@ -21,10 +22,10 @@ from sun_lightning.replay.storage import GoalReplayStorage
 
 
 class RunView(Protocol):
-    """One running exploration as its readers see it (:class:`~sun_lightning.exploration.datamodule.
-    ExplorationDataModule` is one, after its ``setup``)."""
+    """One running exploration as its readers see it (:class:`~sun_lightning.exploration.handle.Exploration` is one;
+    after ``teardown`` it is closed and still readable)."""
 
-    config: DataConfig  # the run's ``data`` config; after ``setup`` its total_frames are whole vector steps
+    config: DataConfig  # the run's ``data`` config; its total_frames are whole vector steps
     goal_space: GoalSpace
     custom: CustomEnv | None  # a user's environment (data.goal), else None
     events: Events  # ``frames`` and ``goals`` (exploration/events.py)
@@ -54,9 +55,10 @@ class RunView(Protocol):
 
 
 def run_view(trainer, required: bool = True) -> RunView | None:
-    """The exploration ``trainer`` fits on, as :class:`RunView`; without one, an error (``None`` where not
-    ``required``: a callback that has nothing to show without it)."""
-    data = trainer.datamodule
-    if data is None and required:
-        raise ValueError("this trainer fits without an exploration data module (the `data` group)")
-    return data
+    """The exploration ``trainer`` fits on (built by the data module's ``setup``, which Lightning calls before the
+    callbacks'), as :class:`RunView`; without one, an error (``None`` where not ``required``: a callback that has
+    nothing to show without it)."""
+    run = getattr(trainer.datamodule, "exploration", None)
+    if run is None and required:
+        raise ValueError("this trainer fits without an exploration (the `data` group), or is read before its setup")
+    return run

@@ -53,7 +53,7 @@ def test_same_seed_same_numbers_and_random_baseline(fit, tmp_path):
     keys = ["explore/visits/coverage", "explore/visits/entropy", "train/loss/td", "explore/goals/selected"]
     assert [finals[0][k] for k in keys] == [finals[1][k] for k in keys]
     cli = fit("three_room.yaml", *TINY, "--data.selector", "sun_lightning.goals.RandomActions", "--trainer.logger", "false")
-    assert cli.model.updates == 0 and cli.datamodule.frames == 800
+    assert cli.model.updates == 0 and cli.datamodule.exploration.frames == 800
 
 
 @pytest.mark.parametrize(
@@ -152,7 +152,7 @@ def test_a_checkpoint_resumes_the_learner_and_its_optimizer(fit, tmp_path):
     # a finished run continues to a larger total_frames from where it stopped (frames, replay, counters)
     second = fit("three_room.yaml", *TINY, *args[:2], "--trainer.enable_checkpointing", "false", "--data.total_frames", "1000",
                  "--ckpt_path", str(ckpt))
-    assert second.datamodule.frames == 1000
+    assert second.datamodule.exploration.frames == 1000
     assert second.model.updates == 400  # 200 restored, 200 more (one per frame after the warm-up)
     opt = second.model.optimizers().optimizer
     assert type(opt) is torch.optim.AdamW and second.model.target_update.calls == 400

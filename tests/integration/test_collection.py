@@ -21,9 +21,9 @@ def test_stored_steps_follow_the_layout_across_episode_ends(config, layout, tmp_
     cli = main(["fit", "--config", str(ROOT / "conf" / config), "--data.total_frames", str(frames),
                 "--data.warmup_frames", "600", "--data.num_envs", str(num_envs), "--metrics.verbose", "false",
                 "--trainer.logger", "false", "--trainer.enable_checkpointing", "false", "--seed_everything", "0"])
-    dm, grid = cli.datamodule, LAYOUTS[layout]
-    assert dm.frames == frames and len(dm.storage) == frames and dm.storage.steps == frames // num_envs
-    table = dm.storage.columns
+    run, grid = cli.datamodule.exploration, LAYOUTS[layout]
+    assert run.frames == frames and len(run.storage) == frames and run.storage.steps == frames // num_envs
+    table = run.storage.columns
     # Entry (t, b) of env b's stream sits at t·B + b: reshape to [steps, B].
     col = {name: table.get(name)[:frames].reshape(frames // num_envs, num_envs, *table.get(name).shape[1:]).numpy()
            for name in (keys.OBS, keys.ACTION, keys.NEXT_OBS, keys.TERMINATED, keys.EPISODE_END)}

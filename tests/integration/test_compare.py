@@ -205,7 +205,7 @@ def test_every_method_trains_on_point_maze_s(method, tmp_path, monkeypatch):
                 "--data.warmup_frames", "1000", "--data.num_envs", "2", "--metrics.verbose", "false",
                 "--metrics.log_every_frames", "1000", "--trainer.logger", "false",
                 "--trainer.enable_checkpointing", "false", "--seed_everything", "0"])
-    assert cli.datamodule.frames == 1064
+    assert cli.datamodule.exploration.frames == 1064
     assert cli.model.updates == (0 if method == "random" else 16)
     logger = next(cb for cb in cli.trainer.callbacks if cb.__class__.__name__ == "ExplorationLogger")
     assert 0 < logger.final["explore/visits/coverage"] <= 1

@@ -237,10 +237,10 @@ def test_the_discrete_example_with_a_td3_learner_names_the_dqn_variant(tmp_path,
               "--trainer.logger", "false"], run=False)
 
 
-def _hand_coverage(dm, bins: int = 50) -> float:
+def _hand_coverage(exploration, bins: int = 50) -> float:
     """Coverage over the configured bounds counted by hand: distinct (bin per goal dim[, action]) cells of D."""
-    space = dm.goal_space
-    entries = dm.storage.get(torch.arange(len(dm.storage)))
+    space = exploration.goal_space
+    entries = exploration.storage.get(torch.arange(len(exploration.storage)))
     goals = space.project(entries[keys.OBS]).numpy()
     low, high = np.array(space.low), np.array(space.high)
     index = np.clip(np.floor((goals - low) / (high - low) * bins), 0, bins - 1).astype(int)
@@ -262,21 +262,21 @@ def _fit_example(fit, config: Path, tmp_path: Path, *extra: str):
 @pytest.mark.slow
 def test_the_mountain_car_continuous_example_fits_and_logs_coverage_over_its_bounds(fit, tmp_path):
     cli, run, coverage = _fit_example(fit, MCC, tmp_path, "--data.updates_per_frame", "0.25", *SMALL_TD3)
-    dm = cli.datamodule
-    assert dm.frames == 600 and cli.model.updates > 0 and isinstance(dm.exploration.vector_env, gymnasium.vector.SyncVectorEnv)
+    exploration = cli.datamodule.exploration
+    assert exploration.frames == 600 and cli.model.updates > 0 and isinstance(exploration.vector_env, gymnasium.vector.SyncVectorEnv)
     assert run.info.run_name == "MountainCarContinuous-sun-seed0"
     assert run.data.params["data.goal.low"] == "[-1.2, -0.07]"
     assert sorted(coverage) == [200, 400, 600]
-    assert coverage[600] == pytest.approx(_hand_coverage(dm), abs=1e-9) and coverage[600] > 0
+    assert coverage[600] == pytest.approx(_hand_coverage(exploration), abs=1e-9) and coverage[600] > 0
     assert math.isfinite(run.data.metrics["train/loss/td"])
 
 
 def test_the_acrobot_example_fits_and_logs_coverage_over_its_bounds(fit, tmp_path):
     cli, run, coverage = _fit_example(fit, ACROBOT, tmp_path, "--data.updates_per_frame", "0.1")
-    dm = cli.datamodule
-    assert dm.frames == 600 and cli.model.updates == 20 and dm.goal_space.num_actions == 3
+    exploration = cli.datamodule.exploration
+    assert exploration.frames == 600 and cli.model.updates == 20 and exploration.goal_space.num_actions == 3
     assert sorted(coverage) == [200, 400, 600]
-    assert coverage[600] == pytest.approx(_hand_coverage(dm), rel=1e-6) and coverage[600] > 0
+    assert coverage[600] == pytest.approx(_hand_coverage(exploration), rel=1e-6) and coverage[600] > 0
     assert math.isfinite(run.data.metrics["train/loss/td"])
 
 
@@ -290,12 +290,12 @@ def test_a_goal_dict_env_trains_with_its_achieved_goal(tmp_path, monkeypatch):
         "  num_envs: 4\n  total_frames: 600\n  warmup_frames: 200\n  updates_per_frame: 0.1\n")
     cli = main(["--config", str(config), "--metrics.log_every_frames", "200", *QUIET, *SMALL_TD3,
                 "--trainer.logger", "false"], run=False)
-    dm = cli.datamodule
     selected: list[torch.Tensor] = []
-    dm.events.subscribe("goals", lambda goals: selected.append(goals[keys.GOAL][goals[keys.GOAL_SELECTED]]))
-    cli.trainer.fit(cli.model, datamodule=dm)
-    assert dm.goal_space.goal_dims == (2, 3) and dm.frames == 600 and cli.model.updates == 40
-    stored = dm.storage.get(torch.arange(len(dm.storage)))[keys.OBS]
+    cli.datamodule.events.subscribe("goals", lambda goals: selected.append(goals[keys.GOAL][goals[keys.GOAL_SELECTED]]))
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    exploration = cli.datamodule.exploration
+    assert exploration.goal_space.goal_dims == (2, 3) and exploration.frames == 600 and cli.model.updates == 40
+    stored = exploration.storage.get(torch.arange(len(exploration.storage)))[keys.OBS]
     positions = stored[:, 2:4]
     # every selected goal is the achieved_goal (position) of a stored entry, never its velocity or the task
     goals = torch.cat(selected)
@@ -324,7 +324,7 @@ def test_a_custom_env_run_resumes_from_its_checkpoint(vector, tmp_path, monkeypa
         warnings.simplefilter("always")
         resumed = main([*args, "--data.total_frames", "800", "--checkpoint.dirpath", str(tmp_path / "part"),
                         "--ckpt_path", "last"])
-    assert resumed.datamodule.frames == 800
+    assert resumed.datamodule.exploration.frames == 800
     restarted = [w for w in caught if "episodes in progress restart on resume" in str(w.message)]
     if vector == "sync":
         assert not restarted and final(resumed) == whole

@@ -103,7 +103,7 @@ def _resumes_exactly(tmp_path, monkeypatch, args: list[str], total: int, part: i
     monkeypatch.setattr("sun_lightning.exploration.state.load_env_state",
                         lambda env, blob: (loaded.append(len(blob)), load(env, blob)))
     resumed = main([*args, "--data.total_frames", str(total), "--checkpoint.dirpath", "part", "--ckpt_path", "last"])
-    assert resumed.datamodule.frames == total and len(loaded) == 1
+    assert resumed.datamodule.exploration.frames == total and len(loaded) == 1
     assert final_metrics(resumed) == whole
 
 

@@ -142,7 +142,7 @@ def test_evaluation_leaves_training_bit_identical(fit):
              "--data.updates_per_frame", "0.25", "--metrics.log_every_frames", "80", "--eval.max_goals", "16",
              *_SMALL_TD3]
     runs = [fit("point_maze_s.yaml", *EVAL, "--eval.every_frames", str(every), *extra) for every in (0, 60)]
-    plain, evaluated = (cli.datamodule for cli in runs)
+    plain, evaluated = (cli.datamodule.exploration for cli in runs)
     assert plain.frames == evaluated.frames == 260
     for name in ("observation", "action"):
         assert torch.equal(plain.storage.columns.get(name), evaluated.storage.columns.get(name)), name

@@ -94,9 +94,9 @@ def test_the_readme_custom_gridworld_config_trains(tmp_path, monkeypatch):
     cli = main(["fit", "--config", str(config), "--data.total_frames", "600", "--data.warmup_frames", "400",
                 "--metrics.log_every_frames", "200", "--metrics.verbose", "false", "--results.fractions", "[1.0]",
                 "--trainer.enable_progress_bar", "false", "--trainer.logger.init_args.tracking_uri", store])
-    dm = cli.datamodule
-    assert dm.config.env_id == "sun_lightning/Corridor-v0" and dm.exploration.vector_env.layout is LAYOUTS["sun_lightning/Corridor-v0"]
-    assert dm.frames == 600 and cli.model.updates == 200
+    exploration = cli.datamodule.exploration
+    assert exploration.config.env_id == "sun_lightning/Corridor-v0" and exploration.vector_env.layout is LAYOUTS["sun_lightning/Corridor-v0"]
+    assert exploration.frames == 600 and cli.model.updates == 200
     client = mlflow.MlflowClient(store)
     (run,) = client.search_runs([client.get_experiment_by_name("sun_lightning").experiment_id])
     assert run.info.run_name == "Corridor-sun-seed0" and run.data.params["data.env_id"] == "sun_lightning/Corridor-v0"

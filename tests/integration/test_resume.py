@@ -135,7 +135,7 @@ def test_a_checkpoint_written_by_this_version_resumes(tmp_path, monkeypatch):
     saved = torch.load(path, weights_only=False, map_location="cpu")
     args = _args("three_room.yaml", 1000, 600, 200, "--data.num_envs", "2", "--checkpoint.every_frames", "400")
     cli = main([*args, "--ckpt_path", str(path)])
-    assert cli.datamodule.frames == 1000 and cli.model.updates == 400  # one update per frame after the warm-up
+    assert cli.datamodule.exploration.frames == 1000 and cli.model.updates == 400  # one update per frame after the warm-up
     kept = saved["ExplorationDataModule"]
     assert kept["frames"] == 800
     final = final_metrics(cli)
@@ -160,7 +160,7 @@ def test_a_td3_checkpoint_from_before_the_bootstrap_actor_follows_resumes(tmp_pa
                   for k in weights if k.startswith("actor_target.") and "stats" not in k)
     args = _args("point_maze_s.yaml", 600, 200, 200, "--data.num_envs", "2", "--eval.every_frames", "0", *SMALL_TD3)
     cli = main([*args, "--ckpt_path", str(path)])
-    assert cli.datamodule.frames == 600 and cli.model.updates == 100  # 0.25 updates per frame after the warm-up
+    assert cli.datamodule.exploration.frames == 600 and cli.model.updates == 100  # 0.25 updates per frame after the warm-up
     model = cli.model
     gap = max(float((t - p).abs().max()) for t, p in zip(model.actor_target.parameters(), model.actor.parameters()))
     assert gap < 0.1 * old_gap  # it was the near-initial slow copy; now one actor step behind

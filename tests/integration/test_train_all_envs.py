@@ -28,8 +28,8 @@ def test_config_trains_to_completion(config, tmp_path, monkeypatch):
         "--trainer.logger", "false", "--trainer.enable_checkpointing", "false",
     ])
     logger = next(cb for cb in cli.trainer.callbacks if cb.__class__.__name__ == "ExplorationLogger")
-    dm = cli.datamodule
-    assert dm.frames == 320 and cli.model.updates == int(32 * dm.config.updates_per_frame)
+    run = cli.datamodule.exploration
+    assert run.frames == 320 and cli.model.updates == int(32 * run.config.updates_per_frame)
     assert 0 < logger.final["explore/visits/coverage"] <= 1
     assert 0 <= logger.final["explore/visits/entropy"] <= 1
     if cli.datamodule.goal_space.goal_dims is None and not cli.datamodule.goal_space.exact_counts:

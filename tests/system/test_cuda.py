@@ -20,9 +20,9 @@ def test_dqn_variant_trains_on_cuda(config, tmp_path, monkeypatch):
                 "--data.warmup_frames", "600", "--data.num_envs", "2", "--metrics.verbose", "false",
                 "--trainer.logger", "false", "--trainer.enable_checkpointing", "false",
                 "--trainer.accelerator", "gpu", "--trainer.devices", "1"])
-    dm, model = cli.datamodule, cli.model
+    run, model = cli.datamodule.exploration, cli.model
     # (Lightning moves the module back to the CPU when fit ends)
-    assert cli.trainer.strategy.root_device.type == "cuda" and dm.storage.device.type == "cuda"
+    assert cli.trainer.strategy.root_device.type == "cuda" and run.storage.device.type == "cuda"
     assert model.updates == 200
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
@@ -39,10 +39,10 @@ def test_td3_variant_trains_on_cuda_in_bf16_without_host_syncs(learner, tmp_path
                 "--data.total_frames", "1200", "--data.warmup_frames", "1000", "--data.num_envs", "4",
                 "--metrics.verbose", "false", "--trainer.logger", "false", "--trainer.enable_checkpointing", "false",
                 "--trainer.accelerator", "gpu", "--trainer.devices", "1", "--trainer.precision", "bf16-mixed"])
-    dm, model = cli.datamodule, cli.model.to("cuda")  # (Lightning moves the module back to the CPU when fit ends)
-    assert model.padded(dm.storage.device) and model.updates == 50
+    run, model = cli.datamodule.exploration, cli.model.to("cuda")  # (Lightning moves the module back to the CPU when fit ends)
+    assert model.padded(run.storage.device) and model.updates == 50
     m = model.batches_per_update
-    batches = [dm.exploration.sampler.sample(dm.storage, dm.scale(), count=m if m > 1 else None) for _ in range(4)]
+    batches = [run.sampler.sample(run.storage, run.scale(), count=m if m > 1 else None) for _ in range(4)]
     opts = model.configure_optimizers()
     model.optimizers = lambda: opts
     model.manual_backward = lambda loss, **kwargs: loss.backward(**kwargs)

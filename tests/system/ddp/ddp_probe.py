@@ -31,28 +31,28 @@ def _recording_gather(step, *args, **kwargs):
 class DumpState(pl.Callback):
     def setup(self, trainer, pl_module, stage):
         sun_lightning.exploration.recorder.gather_step = _recording_gather
-        self.dm, self.module = trainer.datamodule, pl_module
-        self.dm.events.subscribe("frames", self._on_frames)
+        self.exploration, self.module = trainer.datamodule.exploration, pl_module
+        self.exploration.events.subscribe("frames", self._on_frames)
         self.started = None
 
     def _on_frames(self, frames):
-        if self.started is None and frames > self.dm.config.warmup_frames:
+        if self.started is None and frames > self.exploration.config.warmup_frames:
             self.started, self.start_frames, self.start_updates = time.perf_counter(), frames, self.module.updates
 
     def on_fit_end(self, trainer, pl_module):
-        dm = self.dm
+        run = self.exploration
         logger = next((cb for cb in trainer.callbacks if type(cb).__name__ == "ExplorationLogger"), None)
-        held = len(dm.storage)
-        index = torch.arange(held, device=dm.storage.device)
+        held = len(run.storage)
+        index = torch.arange(held, device=run.storage.device)
         state = {
             "rank": trainer.global_rank, "world_size": trainer.world_size,
             "params": {name: value.detach().cpu().clone() for name, value in pl_module.state_dict().items()},
-            "storage": {name: dm.storage.columns.get(name)[:held].cpu().clone() for name in STORED_KEYS},
-            "counts": dm.pseudocount.counts(index).cpu().clone(),
-            "frames": dm.frames, "updates": pl_module.updates, "final": dict(logger.final) if logger else {},
+            "storage": {name: run.storage.columns.get(name)[:held].cpu().clone() for name in STORED_KEYS},
+            "counts": run.pseudocount.counts(index).cpu().clone(),
+            "frames": run.frames, "updates": pl_module.updates, "final": dict(logger.final) if logger else {},
             "local_steps": LOCAL_STEPS,
             "seconds": time.perf_counter() - self.started if self.started else None,
-            "timed_frames": dm.frames - self.start_frames if self.started else 0,
+            "timed_frames": run.frames - self.start_frames if self.started else 0,
             "timed_updates": pl_module.updates - self.start_updates if self.started else 0,
         }
         folder = Path(os.environ["SUN_DDP_PROBE"])

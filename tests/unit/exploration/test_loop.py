@@ -116,7 +116,7 @@ def test_the_loop_owes_fractional_updates_per_step_and_ends_the_warm_up():
     # frames 4 ends the warm-up (the transform draws goals first, the policy still acts at random); 6 earns 0.5,
     # 8 the first whole update, 12 and 16 the next
     assert returned == [(8, 1, 0.0, False, True), (12, 1, 0.0, False, True), (16, 1, 0.0, False, True)]
-    assert x.frames == 16 and len(x.storage) == 16 and x.agent.observed == 16 and x.stats.frames == 16
+    assert x.frames == 16 and len(x.storage) == 16 and x.agent.observed == 16 and x.window.frames == 16
     assert collect(x, budget, lambda: False) is None and x.collector.t == 8  # no step past the budget
 
 
@@ -143,7 +143,7 @@ def test_a_step_is_recorded_into_d_and_its_counts_and_announces_its_goals_before
         record(x, rollout[..., 0])
     # a goal selected (odd steps) or reached (even ones) on every step: each step's goals, then its frames
     assert log == [("goals", 1), ("frames", 2), ("goals", 0), ("frames", 4), ("goals", 1), ("frames", 6)]
-    assert len(x.storage) == 6 and x.stats.selected == 2 and x.stats.reached == 1
+    assert len(x.storage) == 6 and x.window.selected == 2 and x.window.reached == 1
     tiles = torch.tensor([1, 2, 2, 3, 3, 4])  # steps t = 1, 2, 3 of two envs: tiles t and t + 1
     actions = tiles % SPACE.num_actions
     assert torch.equal(x.pseudocount.counts(torch.arange(6)), torch.tensor([1, 2, 2, 2, 2, 1]).to(
@@ -278,7 +278,7 @@ def test_the_exploration_state_round_trips_into_a_fresh_run():
     fresh = exploration(goals=True)
     load_exploration_state(fresh, state)
     assert (fresh.frames, fresh.credit, fresh.policy.warmup) == (x.frames, x.credit, False) == (8, 0.0, False)
-    assert fresh.vector_env.state == b"after" and fresh.stats.selected == x.stats.selected == 2
+    assert fresh.vector_env.state == b"after" and fresh.window.selected == x.window.selected == 2
     assert torch.equal(fresh.storage.columns[keys.OBS], x.storage.columns[keys.OBS])
     assert torch.equal(fresh.pseudocount.counts(torch.arange(8)), x.pseudocount.counts(torch.arange(8)))
     assert [len(item) for item in fresh.untrained] == [1, 0]

@@ -152,6 +152,6 @@ def test_fits_in_bf16_mixed(config, extra, tmp_path, monkeypatch):
                 "--data.total_frames", "320", "--data.warmup_frames", "288", "--data.num_envs", "2",
                 "--metrics.log_every_frames", "160", "--metrics.verbose", "false", "--trainer.precision", "bf16-mixed",
                 "--trainer.logger", "false", "--trainer.enable_checkpointing", "false"])
-    assert cli.trainer.precision == "bf16-mixed" and cli.datamodule.frames == 320
+    assert cli.trainer.precision == "bf16-mixed" and cli.datamodule.exploration.frames == 320
     assert cli.model.updates == int(32 * cli.datamodule.config.updates_per_frame) > 0
     assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in cli.model.parameters())

@@ -85,13 +85,13 @@ def _tiny_fit(tmp_path, monkeypatch, config: str, *extra: str):
 def test_a_run_with_binned_counts_counts_its_replay_buffer_exactly(tmp_path, monkeypatch):
     cli = _tiny_fit(tmp_path, monkeypatch, "conf/mountain_car.yaml", "--data.counts", "binned",
                     "--data.total_frames", "1064", "--data.warmup_frames", "1000")
-    dm = cli.datamodule
-    assert isinstance(dm.pseudocount, BinnedCount) and dm.frames == 1064 and cli.model.updates > 0
-    entries = dm.storage.get(torch.arange(len(dm.storage)))
-    space = dm.goal_space
+    run = cli.datamodule.exploration
+    assert isinstance(run.pseudocount, BinnedCount) and run.frames == 1064 and cli.model.updates > 0
+    entries = run.storage.get(torch.arange(len(run.storage)))
+    space = run.goal_space
     expected = brute_counts(space.project(entries[keys.OBS]).tolist(), entries[keys.ACTION].reshape(-1).tolist(),
                             space.metric_low or space.low, space.metric_high or space.high)
-    assert dm.pseudocount.counts(torch.arange(len(dm.storage))).tolist() == [float(n) for n in expected]
+    assert run.pseudocount.counts(torch.arange(len(run.storage))).tolist() == [float(n) for n in expected]
     assert max(expected) > 1
 
 
@@ -99,10 +99,10 @@ def test_data_rho_reaches_the_pseudocount(tmp_path, monkeypatch):
     # a warm-up only run (no updates): the pseudocount is built in setup and counts what was collected
     cli = _tiny_fit(tmp_path, monkeypatch, "conf/mountain_car.yaml", "--data.rho", "0.37",
                     "--data.total_frames", "1000", "--data.warmup_frames", "1000", "--data.updates_per_frame", "0")
-    dm = cli.datamodule
-    assert dm.pseudocount.rho == 0.37 and dm.goal_space.rho == 0.1  # the reach rule keeps the env's
-    assert len(dm.pseudocount) == 1000
-    default = build_pseudocount(dm.goal_space, 64, 10, torch.device("cpu"))
+    run = cli.datamodule.exploration
+    assert run.pseudocount.rho == 0.37 and run.goal_space.rho == 0.1  # the reach rule keeps the env's
+    assert len(run.pseudocount) == 1000
+    default = build_pseudocount(run.goal_space, 64, 10, torch.device("cpu"))
     assert default.rho == 0.1
 
 
