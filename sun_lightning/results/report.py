@@ -21,6 +21,7 @@ does not apply (goal success of Random, a baseline that was not run) reads ``n/a
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -223,7 +224,9 @@ def write_csv(path: Path, rows: list[dict[str, object]]) -> Path:
 
 
 def csv_value(value: float | None) -> str:
-    return NA if value is None else f"{value:.6g}"
+    """A cell of a CSV: ``n/a`` where a value does not exist or is NaN (a run's CPU share resumed from a checkpoint
+    older than its clock), else six significant digits."""
+    return NA if value is None or math.isnan(value) else f"{value:.6g}"
 
 
 def write_report(out_dir: str | Path, env_id: str, runs: dict[str, list[RunRecord]],

@@ -35,9 +35,9 @@ def test_the_report_gives_each_methods_minutes_frames_per_second_and_hardware(tm
     assert f"| SUN adaptive | 3.0 [2.0, 4.0] (n = 2) | 12.5 [8.3, 16.7] (n = 2) | 0.75 [0.50, 1.00] (n = 2) | {CPU} |" in text
     assert f"| AdaGoal | 10.0 (n = 1) | 3.3 (n = 1) | n/a | {CPU} |" in text
     assert f"| Random | n/a | n/a | n/a | {CPU} |" in text
-    first, second = list(csv.DictReader(open(tmp_path / "runs.csv")))[:2]
+    first, second, resumed = list(csv.DictReader(open(tmp_path / "runs.csv")))[:3]
     assert (first["minutes"], first["frames_per_second"], first["hardware"]) == ("2", "16.6667", CPU)
-    assert (first["cpu_share"], second["cpu_share"]) == ("1", "0.5")
+    assert (first["cpu_share"], second["cpu_share"], resumed["cpu_share"]) == ("1", "0.5", "n/a")
     # no run with minutes: no section
     write_report(tmp_path / "none", "sun_lightning/ThreeRoom-v0", {"random": [timed("ThreeRoom", "random", 0, None)]}, {})
     assert "Run time" not in (tmp_path / "none/report.md").read_text()
