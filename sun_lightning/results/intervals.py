@@ -235,7 +235,10 @@ def digits_for(value: float, digits: int = 3) -> int:
 
 
 def seeds_text(n: Sequence[int]) -> str:
-    """``n = 3``, or ``n = 3 / 1`` for a statistic of two samples."""
+    """``n = 3``; ``n = 3 / 1`` for a statistic of two samples; for more samples (SUN's and a baseline's seeds on
+    each of several environments) ``n = 4 each (6 samples)`` where they are equal, else every sample's seeds."""
+    if len(n) > 2 and len(set(n)) == 1:
+        return f"n = {n[0]} each ({len(n)} samples)"
     return "n = " + " / ".join(map(str, n))
 
 

@@ -11,7 +11,7 @@ from scipy import stats
 from sun_lightning.results.intervals import (Interval, averaged_relative_interval, difference_interval, format_interval,
                                              iqm, mean_interval, mean_ratio_interval, normalized_iqm,
                                              pointwise_mean_interval, probability_of_improvement, relative_interval,
-                                             verdict, win_fraction)
+                                             seeds_text, verdict, win_fraction)
 
 
 def exact_percentile_interval(samples, statistic):
@@ -32,6 +32,9 @@ def test_one_seed_has_no_interval_and_two_seeds_give_their_range():
     assert format_interval(mean_interval([0.3, 0.1])) == "0.200 [0.100, 0.300] (n = 2)"
     assert format_interval(mean_interval([0.00217, 0.00237])) == "0.00227 [0.00217, 0.00237] (n = 2)"
     assert format_interval(None) == "n/a"
+    # several samples (two methods on each of two environments): equal seeds once, unequal ones each
+    assert seeds_text((4, 4, 4, 4)) == "n = 4 each (4 samples)" and seeds_text((3, 3)) == "n = 3 / 3"
+    assert seeds_text((1, 1, 1, 2)) == "n = 1 / 1 / 1 / 2"
 
 
 def test_the_mean_interval_is_the_bootstrap_distributions_quantiles():

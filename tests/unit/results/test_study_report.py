@@ -48,7 +48,7 @@ def test_the_study_report_gives_intervals_everywhere(tmp_path):
     assert {p.name for p in written} >= {"study.md", "study.csv", "curves_grid.png", "improvement_bars.png"}
     text = (tmp_path / "study.md").read_text()
     # (0.65 + 0.4) / 2 = 0.525 against (0.45 + 0.4) / 2 = 0.425: +23.5 %, four samples of two seeds each
-    assert "| SUN adaptive | 2 | +23.5 % [" in text and "(n = 2 / 2 / 2 / 2) |" in text
+    assert "| SUN adaptive | 2 | +23.5 % [" in text and "(n = 2 each (4 samples)) |" in text
     assert "| coverage AUC vs Random | 2 | 0.750 [" in text
     assert "| [ThreeRoom](ThreeRoom/report.md) | SUN adaptive | 2 | 0.650 [0.600, 0.700] (n = 2) |" in text
     assert "| ThreeRoom | 1.0 [1.0, 1.0] (n = 2) | 1.0 [1.0, 1.0] (n = 2) |" in text  # the runtime table
