@@ -75,12 +75,18 @@ class SUNMLFlowLogger(MLFlowLogger):
     # ---- the run ------------------------------------------------------------------------------------
     @property
     def experiment(self):
-        """MLflow's client; creating or reading the run at start-up fails with a one-line ``ConfigError``."""
+        """MLflow's client; creating or reading the run at start-up fails with a one-line ``ConfigError``.
+
+        A resumed run reads ``RUNNING`` again while it continues (``mlflow ui`` and the study runner would
+        otherwise see the ``KILLED`` or ``FAILED`` its interruption left until it finishes)."""
         if self._initialized:
             return self._mlflow_client
         try:
             with quiet_store_logs():
-                return super().experiment
+                client = super().experiment
+                if self._resumed and self._initialized:
+                    client.update_run(self._run_id, status="RUNNING")
+                return client
         except Exception as error:
             raise store_error(self._tracking_uri, error) from error
 

@@ -172,6 +172,23 @@ def test_a_store_that_cannot_be_used_at_start_is_a_one_line_error(tmp_path):
         _ = logger.run_id
 
 
+def test_a_resumed_run_reads_running_until_it_ends(tmp_path):
+    store = f"sqlite:///{tmp_path}/mlflow.db"
+    client = mlflow.MlflowClient(store)
+    run = client.create_run(client.create_experiment("e"))
+    client.set_terminated(run.info.run_id, "KILLED")  # what Ctrl-C leaves
+    logger = SUNMLFlowLogger("e", tracking_uri=store, run_id=run.info.run_id)
+    logger.log_metrics({COVERAGE: 0.5}, step=10)
+    logger.save()
+    assert client.get_run(run.info.run_id).info.status == "RUNNING"
+    logger.finalize("success")
+    assert client.get_run(run.info.run_id).info.status == "FINISHED"
+    assert [m.value for m in client.get_metric_history(run.info.run_id, COVERAGE)] == [0.5]
+    # a fresh run is RUNNING as MLflow creates it, and a second read of the client changes nothing
+    fresh = SUNMLFlowLogger("e", tracking_uri=store)
+    assert fresh.experiment is fresh.experiment and client.get_run(fresh.run_id).info.status == "RUNNING"
+
+
 def test_a_deleted_experiment_is_a_one_line_error_that_says_how_to_restore_it(tmp_path):
     store = f"sqlite:///{tmp_path}/mlflow.db"
     prepare_store(store, "study")
