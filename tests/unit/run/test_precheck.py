@@ -34,9 +34,17 @@ def _line(call) -> str | None:
 
 
 def _live(argv: list[str]) -> str | None:
+    """The live parser's line, as a fresh ``fit`` process would give it: with the package's own environments only
+    (earlier tests in this process may have given gymnasium ids a goal space, which a fresh process does not know
+    and an unknown id's line would list)."""
+    from sun_lightning.envs import registry
     from sun_lightning.run.cli import main
+    from sun_lightning.run.precheck_env import PACKAGE_IDS
 
-    return _line(lambda: main(argv))  # every case fails before the fit would start
+    own = {env_id: space for env_id, space in registry._GOAL_SPACES.items() if env_id in PACKAGE_IDS}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(registry, "_GOAL_SPACES", own)
+        return _line(lambda: main(argv))  # every case fails before the fit would start
 
 
 BAD = [
