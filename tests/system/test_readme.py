@@ -63,6 +63,15 @@ def test_relative_links_of_the_docs_lead_to_files():
     assert broken == []
 
 
+def test_the_paper_index_names_files_that_exist():
+    """docs/paper.md's commands and file columns name real files (templates such as ``docs/<env>/`` apart)."""
+    index = (ROOT / "docs" / "paper.md").read_text()
+    named = {token.rstrip(",;:") for code in re.findall(r"`([^`]+)`", index) for token in code.split()
+             if re.match(r"(docs|conf|tests|sun_lightning|bench)/", token) and not re.search(r"[<*{…]", token)}
+    assert len(named) >= 10, named  # an edit that breaks the format would otherwise test nothing
+    assert sorted(path for path in named if not (ROOT / path).exists()) == []
+
+
 @pytest.mark.parametrize(("command", "shown"), EXAMPLES, ids=[shown[7:40] for _, shown in EXAMPLES])
 def test_a_readme_error_example_prints_what_it_shows(command, shown, tmp_path):
     (tmp_path / "conf").symlink_to(ROOT / "conf")  # the commands name conf/...; what they write stays in tmp_path
