@@ -111,3 +111,18 @@ def assert_single_env_follows(single, frames, actions, seed: int) -> None:
         obs, reward, terminated, truncated, _ = single.step(action)
         np.testing.assert_array_equal(obs, frames[t + 1])
         assert reward == 0 and not terminated and not truncated
+
+
+def write_run_checkpoint(path, env_id: str, learner=None, obs: torch.Tensor | None = None, frames: int = 1000,
+                         method: str = "sun") -> None:
+    """A run checkpoint as ``fit`` writes it, reduced to what the figures drawn from checkpoints read: the run's
+    identity, its learner's class, arguments and weights (``learner``), and D's observations (``obs``)."""
+    state = {"sun_run": {"env_id": env_id, "method": method, "seed": 0}}
+    if learner is not None:
+        cls = type(learner)
+        state["hyper_parameters"] = {**learner.hparams, "_class_path": f"{cls.__module__}.{cls.__name__}",
+                                     "_instantiator": "lightning.pytorch.cli.instantiate_module"}
+        state["state_dict"] = learner.state_dict()
+    columns = None if obs is None else {keys.OBS: obs, keys.ACTION: torch.zeros(len(obs), dtype=torch.long)}
+    state["ExplorationDataModule"] = {"frames": frames, "storage": {"steps": 0, "capacity": 10, "columns": columns}}
+    torch.save(state, path)

@@ -13,6 +13,8 @@ comparison's parent MLflow run:
 - ``curves.png``: coverage and entropy (and eval success, where evaluated) against env frames, the mean and its 95 %
   interval band over seeds;
 - ``heatmaps.png``: each method's final heatmaps (its lowest finished seed), one colour scale per column.
+- ``svf.png`` and ``pseudocount_radii.png``, where the runs' final checkpoints are at hand: drawn from them
+  (:mod:`~sun_lightning.results.checkpoint_figures`) and listed with the others.
 
 With one seed a cell is the value and "n = 1", no interval; with two the interval is the seeds' range; a metric that
 does not apply (goal success of Random, a baseline that was not run) reads ``n/a``, never 0.
@@ -231,7 +233,8 @@ def csv_value(value: float | None) -> str:
 
 def write_report(out_dir: str | Path, env_id: str, runs: dict[str, list[RunRecord]],
                  snapshots: dict[str, HeatmapSnapshot], context: Sequence[str] = (),
-                 failed: Sequence[str] = (), stages: dict[str, dict[int, HeatmapSnapshot]] | None = None) -> list[Path]:
+                 failed: Sequence[str] = (), stages: dict[str, dict[int, HeatmapSnapshot]] | None = None,
+                 drawn_elsewhere: Sequence[tuple[str, str]] = ()) -> list[Path]:
     """Write ``report.md``, ``summary.csv``, ``runs.csv``, ``curves.png``, ``heatmaps.png`` and, where the runs have
     them, ``goal_curves.png`` and ``goal_stages.png`` into ``out_dir``.
 
@@ -243,6 +246,8 @@ def write_report(out_dir: str | Path, env_id: str, runs: dict[str, list[RunRecor
         context: lines of Markdown under the title (where the numbers come from).
         failed: names of runs that failed.
         stages: method → its shown run's snapshots by percent of training (the goal-statistics grid).
+        drawn_elsewhere: (title, file name) of figures already in ``out_dir`` to show in ``report.md`` too (those drawn
+            from checkpoints, :mod:`~sun_lightning.results.checkpoint_figures`).
 
     Returns:
         The files written.
@@ -270,6 +275,7 @@ def write_report(out_dir: str | Path, env_id: str, runs: dict[str, list[RunRecor
                                 out / "heatmaps.png"))
         figures.append(("final heatmaps per method", "heatmaps.png"))
     written += goal_figures(out, env_id, runs, stages or {}, figures)
+    figures += drawn_elsewhere
     report = out / "report.md"
     report.write_text(markdown(env_id, runs, summary, relative, context, figures, failed))
     rows = []

@@ -41,6 +41,19 @@ GOALS_PER_AXIS, STATES_PER_AXIS = 8, 24
 _CHUNK = 64  # states per learner call
 
 
+def accepted_arguments(cls: type) -> set[str]:
+    """The keyword arguments a learner class takes: its own, and its bases' where it passes ``**kwargs`` on."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        parameters = inspect.signature(klass.__init__).parameters.values()
+        names |= {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            break
+    return names - {"self"}
+
+
 def load_learner(path: str | Path) -> tuple[Learner, str]:
     """The learner of a run checkpoint, rebuilt from its recorded class and arguments, and its environment id.
 
@@ -54,7 +67,7 @@ def load_learner(path: str | Path) -> tuple[Learner, str]:
     module, name = hparams["_class_path"].rsplit(".", 1)
     cls = getattr(importlib.import_module(module), name)
     arguments = {k: v for k, v in hparams.items() if not k.startswith("_")}
-    known = inspect.signature(cls).parameters
+    known = accepted_arguments(cls)
     gone = sorted(set(arguments) - set(known))
     if gone:  # a checkpoint of an older version: its networks must still load whole (strict) below
         warnings.warn(f"{path}: {name} of this version has no argument {', '.join(gone)}; drawing without them")
@@ -96,6 +109,20 @@ def points(grid: GoalGrid, per_axis: int) -> tuple[torch.Tensor, tuple[int, int]
     return plane_goals(grid, per_axis), (per_axis, per_axis), None
 
 
+def no_picture(env_id: str) -> str | None:
+    """Why V(s, g) of ``env_id`` has no picture here (its states are not points of its goal picture), or ``None``."""
+    grid, space = GoalGrid.of(env_id), goal_space(env_id)
+    if space.obs_dim != space.goal_dim or (space.goal_dims is not None and tuple(space.goal_dims) != tuple(range(space.obs_dim))):
+        return (f"{env_id}: a state ({space.obs_dim}-D) is not its goal projection ({space.goal_dim}-D, goal dims "
+                f"{space.goal_dims}), so V(s, g) over states has no picture (gridworlds, 2-D states and Pendulum have one)")
+    if not grid.tiles:
+        try:
+            plane_goals(grid, 1)
+        except ValueError as error:
+            return str(error)
+    return None
+
+
 def nested_values(learner: Learner, env_id: str, goals_per_axis: int = GOALS_PER_AXIS,
                   states_per_axis: int = STATES_PER_AXIS) -> np.ndarray:
     """The image ``[R·r, C·c]``: block ``(i, j)`` of the goal picture ``R × C`` holds V(s, g_ij) over the state
@@ -104,11 +131,10 @@ def nested_values(learner: Learner, env_id: str, goals_per_axis: int = GOALS_PER
     Raises:
         ValueError: the environment's states are not points of its goal picture.
     """
+    reason = no_picture(env_id)
+    if reason:
+        raise ValueError(reason)
     grid, space = GoalGrid.of(env_id), goal_space(env_id)
-    if space.obs_dim != space.goal_dim or (space.goal_dims is not None and tuple(space.goal_dims) != tuple(range(space.obs_dim))):
-        raise ValueError(f"{env_id}: a state ({space.obs_dim}-D) is not its goal projection ({space.goal_dim}-D goal "
-                         "dims " f"{space.goal_dims}), so V(s, g) over states has no picture (gridworlds, 2-D states and "
-                         "Pendulum have one)")
     goals, (R, C), wall = points(grid, goals_per_axis)
     states, (r, c), _ = points(grid, states_per_axis)
     actions = space.num_actions

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import mlflow
 
+from sun_lightning.checkpoints.integrity import LAST
 from sun_lightning.metrics.straight_line import straight_line_context
+from sun_lightning.results.checkpoint_figures import checkpoint_figures
 from sun_lightning.results.report import fmt, fmt_percent, label, summarize, write_report
 from sun_lightning.results.runs import RunRecord, finished_runs, load_snapshots
 from sun_lightning.results.study import averaged_relative, write_study
-from sun_lightning.study.plan import RunSpec
+from sun_lightning.study.plan import RunSpec, checkpoint_dir
 from sun_lightning.tracking.naming import env_name
 from sun_lightning.tracking.store import PARENT_TAG
 
@@ -48,6 +50,13 @@ def record_config_env(config: str | Path) -> None:
         custom_env(data["env_id"], GoalConfig(**data["goal"]), data.get("env_package"))
 
 
+def true_count_methods(specs: list[RunSpec]) -> set[str]:
+    """The methods trained with true counts (``--grid data.counts=binned``): their data draws the pseudocounts at
+    several radii (Figure 22)."""
+    return {s.method for s in specs
+            if any(a == "--data.counts" and b == "binned" for a, b in zip(s.method_args, s.method_args[1:]))}
+
+
 def report(client: mlflow.MlflowClient, args: argparse.Namespace, specs: list[RunSpec], parent: str,
            failed: list[str]) -> Study:
     """Write the reports into the results folder and onto the parent run, nesting the runs under it."""
@@ -57,6 +66,7 @@ def report(client: mlflow.MlflowClient, args: argparse.Namespace, specs: list[Ru
     out = Path(args.results_dir or Path("results") / args.experiment)
     several = len(study) > 1
     seeds = ", ".join(map(str, args.seeds))
+    binned = true_count_methods(specs)
     reports = {}
     for config, env_id in dict.fromkeys((s.config, s.env_id) for s in specs):
         record_config_env(config)
@@ -75,7 +85,12 @@ def report(client: mlflow.MlflowClient, args: argparse.Namespace, specs: list[Ru
                    "goals, a baseline against itself) or no run.", *straight_line_context(env_id)]
         env_out = out / env_name(env_id) if several else out
         env_failed = [f for f in failed if f.startswith(env_name(env_id) + "-")]
-        for path in write_report(env_out, env_id, runs, snapshots, context, env_failed, stages):
+        env_out.mkdir(parents=True, exist_ok=True)
+        finals = {label(m): checkpoint_dir(args.experiment, records[0].name) / LAST for m, records in runs.items() if records}
+        true_counts = {label(m): checkpoint_dir(args.experiment, records[0].name) / LAST for m, records in runs.items()
+                       if records and m in binned}
+        drawn, titles = checkpoint_figures(env_out, env_id, finals, true_counts)
+        for path in drawn + write_report(env_out, env_id, runs, snapshots, context, env_failed, stages, titles):
             client.log_artifact(parent, str(path), env_name(env_id) if several else None)
         reports[env_id] = f"{env_name(env_id)}/report.md"
     if several:

@@ -15,12 +15,15 @@ import mlflow
 import pytest
 
 from sun_lightning import compare
+from sun_lightning.envs.registry import goal_space
+from sun_lightning.learners.dqn import DQNSVF
 from sun_lightning.results.runs import finished_runs
 from sun_lightning.study import local
 from sun_lightning.study import plan as plan_module
 from sun_lightning.study.plan import budget_args, parse_grid, plan
 from sun_lightning.study.ray_launcher import MISSING
 from sun_lightning.tracking.store import local_store_uri
+from tests.helpers import write_run_checkpoint
 
 ROOT = Path(compare.__file__).resolve().parents[1]
 THREE_ROOM, MOUNTAIN_CAR = str(ROOT / "conf/three_room.yaml"), str(ROOT / "conf/mountain_car.yaml")
@@ -96,8 +99,14 @@ def test_a_study_reports_across_environments_and_resumes_only_the_missing_runs(t
         return []
 
     monkeypatch.setattr(local, "run_local", fake_local)
+    # one final checkpoint beside the study (MountainCar's SUN, seed 0): its learned V(s, g) is drawn
+    (tmp_path / "checkpoints/st/MountainCar-sun-seed0").mkdir(parents=True)
+    write_run_checkpoint(tmp_path / "checkpoints/st/MountainCar-sun-seed0/last.ckpt", "sun_lightning/MountainCar-v0",
+                         DQNSVF(goal_space=goal_space("sun_lightning/MountainCar-v0")))
     compare.main(["--configs", THREE_ROOM, MOUNTAIN_CAR, "--methods", "sun", "random", "--seeds", "0", "1",
                   "--experiment", "st", "--budget-scale", "0.1", "--", "--trainer.logger.init_args.log_model", "false"])
+    assert "(svf.png)" in (tmp_path / "results/st/MountainCar/report.md").read_text()
+    assert (tmp_path / "results/st/MountainCar/svf.png").is_file() and not (tmp_path / "results/st/ThreeRoom/svf.png").exists()
     # only the missing run, with the scaled budget and the user's arguments last
     assert launched == [("MountainCar-random-seed1", budget_args(MOUNTAIN_CAR, 0.1)
                          + ("--trainer.logger.init_args.log_model", "false"))]

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from sun_lightning import keys
 from sun_lightning.results import radius_maps
 from sun_lightning.results.goal_grid import GoalGrid
+from tests.helpers import write_run_checkpoint
 
 MOUNTAIN_CAR, PENDULUM, THREE_ROOM = "sun_lightning/MountainCar-v0", "sun_lightning/Pendulum-v0", "sun_lightning/ThreeRoom-v0"
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -81,21 +81,13 @@ def test_mean_image_against_a_loop():
     assert radius_maps.mean_image(grid, corner, torch.tensor([2, 6]))[0, 0] == 4.0
 
 
-def save_checkpoint(path, env_id: str, obs: torch.Tensor | None, frames: int = 1000) -> None:
-    """A checkpoint as a run writes it, reduced to what the figure reads: the run's identity and D's columns."""
-    columns = None if obs is None else {keys.OBS: obs, keys.ACTION: torch.zeros(len(obs), dtype=torch.long)}
-    torch.save({"sun_run": {"env_id": env_id, "method": "sun", "seed": 0},
-                "ExplorationDataModule": {"frames": frames, "storage": {"steps": 0, "capacity": 10, "columns": columns}}},
-               path)
-
-
 def test_the_figure_has_a_column_per_run_and_a_row_per_radius(tmp_path):
     rng = np.random.default_rng(4)
     car = torch.from_numpy(np.stack([rng.uniform(-1.2, 0.6, 300), rng.uniform(-0.07, 0.07, 300)], 1)).float()
     theta = rng.uniform(-np.pi, np.pi, 200)
     pendulum = torch.from_numpy(np.stack([np.cos(theta), np.sin(theta), rng.normal(0, 2, 200)], 1)).float()
-    save_checkpoint(tmp_path / "car.ckpt", MOUNTAIN_CAR, car)
-    save_checkpoint(tmp_path / "pendulum.ckpt", PENDULUM, pendulum, frames=2000)
+    write_run_checkpoint(tmp_path / "car.ckpt", MOUNTAIN_CAR, obs=car)
+    write_run_checkpoint(tmp_path / "pendulum.ckpt", PENDULUM, obs=pendulum, frames=2000)
     data = radius_maps.stored_goals(tmp_path / "pendulum.ckpt")
     assert (data.env_id, data.frames, tuple(data.goals.shape)) == (PENDULUM, 2000, (200, 3))
     assert data.goals.dtype == torch.float64
@@ -116,10 +108,10 @@ def test_the_figure_has_a_column_per_run_and_a_row_per_radius(tmp_path):
 
 
 def test_bad_checkpoints_are_named(tmp_path):
-    save_checkpoint(tmp_path / "grid.ckpt", THREE_ROOM, torch.eye(72)[:5])
+    write_run_checkpoint(tmp_path / "grid.ckpt", THREE_ROOM, obs=torch.eye(72)[:5])
     with pytest.raises(ValueError, match="counts its goals exactly"):
         radius_maps.stored_goals(tmp_path / "grid.ckpt")
-    save_checkpoint(tmp_path / "empty.ckpt", MOUNTAIN_CAR, None)
+    write_run_checkpoint(tmp_path / "empty.ckpt", MOUNTAIN_CAR)
     with pytest.raises(ValueError, match="empty replay buffer"):
         radius_maps.stored_goals(tmp_path / "empty.ckpt")
     torch.save({"state_dict": {}}, tmp_path / "other.ckpt")

@@ -13,6 +13,7 @@ from sun_lightning.envs.registry import goal_space
 from sun_lightning.learners.dqn import DQNSVF
 from sun_lightning.results import svf_maps
 from sun_lightning.results.goal_grid import GoalGrid
+from tests.helpers import write_run_checkpoint
 
 MOUNTAIN_CAR, PENDULUM = "sun_lightning/MountainCar-v0", "sun_lightning/Pendulum-v0"
 FOUR_ROOM = "sun_lightning/FourRoomStuck-v0"
@@ -101,10 +102,7 @@ def test_a_learner_rebuilt_from_its_checkpoint_gives_its_values(tmp_path):
     torch.manual_seed(0)
     learner = DQNSVF(goal_space=goal_space(MOUNTAIN_CAR)).eval()
     learner.observe(torch.tensor([[-0.5, 0.01], [0.3, -0.02], [-1.0, 0.05]]))  # running statistics: not at their init
-    hparams = {**learner.hparams, "_class_path": "sun_lightning.learners.dqn.DQNSVF",
-               "_instantiator": "lightning.pytorch.cli.instantiate_module"}
-    torch.save({"hyper_parameters": hparams, "state_dict": learner.state_dict(),
-                "sun_run": {"env_id": MOUNTAIN_CAR, "method": "sun"}}, tmp_path / "run.ckpt")
+    write_run_checkpoint(tmp_path / "run.ckpt", MOUNTAIN_CAR, learner)
     rebuilt, env_id = svf_maps.load_learner(tmp_path / "run.ckpt")
     assert env_id == MOUNTAIN_CAR and type(rebuilt) is DQNSVF and not rebuilt.training
     want = svf_maps.nested_values(learner, MOUNTAIN_CAR, 2, 3)
@@ -116,3 +114,17 @@ def test_a_learner_rebuilt_from_its_checkpoint_gives_its_values(tmp_path):
     torch.save({"state_dict": {}}, tmp_path / "other.ckpt")
     with pytest.raises(ValueError, match="not a checkpoint of a sun_lightning run"):
         svf_maps.load_learner(tmp_path / "other.ckpt")
+
+
+def test_an_ensemble_is_rebuilt_with_its_own_and_its_bases_arguments(tmp_path):
+    from sun_lightning.learners.ensemble_dqn import EnsembleDQNSVF
+
+    assert {"ensemble_size", "gamma", "width"} <= svf_maps.accepted_arguments(EnsembleDQNSVF)
+    assert "ensemble_size" not in svf_maps.accepted_arguments(DQNSVF)
+    torch.manual_seed(1)
+    learner = EnsembleDQNSVF(goal_space=goal_space(MOUNTAIN_CAR), ensemble_size=3, width=32).eval()
+    write_run_checkpoint(tmp_path / "run.ckpt", MOUNTAIN_CAR, learner)
+    rebuilt, _ = svf_maps.load_learner(tmp_path / "run.ckpt")
+    assert rebuilt.hparams.ensemble_size == 3 and rebuilt.hparams.width == 32
+    np.testing.assert_array_equal(svf_maps.nested_values(rebuilt, MOUNTAIN_CAR, 2, 2),
+                                  svf_maps.nested_values(learner, MOUNTAIN_CAR, 2, 2))
