@@ -72,6 +72,15 @@ class RunRecord:
         """The run's CPU seconds per wall-clock second (``None``: not recorded; NaN: resumed from an older checkpoint)."""
         return self.final.get(CPU_SHARE)
 
+    @property
+    def cpu_minutes(self) -> float | None:
+        """CPU minutes the run used, its minutes × its CPU share: what runs that shared a machine compare by, where
+        their wall clocks do not (``None``: either is not recorded, or the run resumed from before the clock)."""
+        share = self.cpu_share
+        if self.minutes is None or share is None or share != share:
+            return None
+        return self.minutes * share
+
     def auc(self, metric: str) -> float | None:
         """Area under ``metric``'s curve against env frames (:func:`~sun_lightning.metrics.auc.curve_auc`)."""
         steps, values = self.histories.get(metric, ((), ()))

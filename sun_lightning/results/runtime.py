@@ -9,12 +9,13 @@ speed-up: "On Gridworlds and Classic control, SUN is nonetheless on average 3.54
 than DISCOVER (2.41× on LunarLander(Full))". Its numbers are the mean over those eight environments of the baseline's
 minutes over SUN's (AdaGoal: 192.1/56.6, 469.5/108.9, … average to 3.54), which :func:`speedups` computes the same way.
 Minutes of runs on different hardware, or sharing a machine with other runs, are not comparable: the tables name the
-hardware of each method's runs.
+hardware of each method's runs. On one machine shared by several runs, the CPU minutes (a run's minutes × its CPU
+share, ``perf/run/cpu_share``) are: the speed-ups are given by both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sun_lightning.results.intervals import Interval, format_interval, mean_interval, mean_ratio_interval
 from sun_lightning.results.labels import label
@@ -46,6 +47,14 @@ def minutes(records: Sequence[RunRecord]) -> Interval | None:
     return mean_interval([r.minutes for r in records])
 
 
+def wall_minutes(record: RunRecord) -> float | None:
+    return record.minutes
+
+
+def cpu_minutes(record: RunRecord) -> float | None:
+    return record.cpu_minutes
+
+
 def report_lines(runs: dict[str, list[RunRecord]]) -> list[str]:
     """The report's "Run time" section: per method its minutes and frames per second (mean, [95 % interval], n) and
     hardware; nothing where no run recorded its minutes."""
@@ -54,22 +63,24 @@ def report_lines(runs: dict[str, list[RunRecord]]) -> list[str]:
     lines = ["", "Run time (wall clock from the start of `fit` to its end, warm-up and evaluation included; "
              "`perf/run/minutes`, `perf/run/frames_per_second`; CPU share: the run's CPU seconds per wall-clock "
              "second, `perf/run/cpu_share`, about its torch threads when it had its cores, below when it shared them):",
-             "", "| method | minutes | frames/s | CPU share | hardware |", "|---|---|---|---|---|"]
+             "", "| method | minutes | frames/s | CPU share | CPU minutes | hardware |", "|---|---|---|---|---|---|"]
     for method, records in runs.items():
         places = ", ".join(dict.fromkeys(r.hardware or "not recorded" for r in records)) or "n/a"
         lines.append(f"| {label(method)} | {format_interval(minutes(records), 1)} | "
                      f"{format_interval(mean_interval([r.frames_per_second for r in records]), 1)} | "
-                     f"{format_interval(mean_interval([_known(r.cpu_share) for r in records]), 2)} | {places} |")
+                     f"{format_interval(mean_interval([_known(r.cpu_share) for r in records]), 2)} | "
+                     f"{format_interval(mean_interval([r.cpu_minutes for r in records]), 1)} | {places} |")
     return lines
 
 
-def speedups(study: Study, baselines: Sequence[str] = tuple(PAPER_SPEEDUPS), envs: Sequence[str] = DQN_ENVS
-             ) -> dict[str, tuple[Interval | None, int]]:
+def speedups(study: Study, baselines: Sequence[str] = tuple(PAPER_SPEEDUPS), envs: Sequence[str] = DQN_ENVS,
+             measure: Callable[[RunRecord], float | None] = wall_minutes) -> dict[str, tuple[Interval | None, int]]:
     """Baseline → (the mean over ``envs`` of the baseline's minutes over SUN's, with its stratified 95 % interval;
-    the number of environments it averages), over the environments of ``study`` where both recorded minutes."""
+    the number of environments it averages), over the environments of ``study`` where both recorded minutes
+    (``measure``: wall-clock minutes, or :func:`cpu_minutes`)."""
     out = {}
     for baseline in baselines:
-        pairs = [([r.minutes for r in runs.get(baseline, [])], [r.minutes for r in runs.get("sun", [])])
+        pairs = [([measure(r) for r in runs.get(baseline, [])], [measure(r) for r in runs.get("sun", [])])
                  for env_id, runs in study.items() if env_name(env_id) in envs]
         pairs = [(b, s) for b, s in pairs if minutes_exist(b) and minutes_exist(s)]
         out[baseline] = (mean_ratio_interval(pairs), len(pairs))
@@ -101,12 +112,20 @@ def study_lines(study: Study) -> list[str]:
     for env_id, runs in study.items():
         lines.append(f"| {env_name(env_id)} | " + " | ".join(format_interval(minutes(runs.get(m, [])), 1)
                                                               for m in methods) + " |")
-    ratios = speedups(study)
+    if any(r.cpu_minutes is not None for runs in study.values() for records in runs.values() for r in records):
+        lines += ["", "CPU minutes per run (minutes × CPU share): what runs that shared a machine compare by.", "",
+                  "| environment | " + " | ".join(label(m) for m in methods) + " |", "|---" * (len(methods) + 1) + "|"]
+        for env_id, runs in study.items():
+            lines.append(f"| {env_name(env_id)} | " + " | ".join(
+                format_interval(mean_interval([r.cpu_minutes for r in runs.get(m, [])]), 1) for m in methods) + " |")
+    ratios, by_cpu = speedups(study), speedups(study, measure=cpu_minutes)
     if any(n for _, n in ratios.values()):
         lines += ["", "SUN's speed-up on the paper's DQN environments (Gridworlds and Classic control, LunarLanderFull "
                   "apart): the mean over environments of the baseline's minutes over SUN's, with its 95 % interval, "
-                  "beside the paper's.", "", "| baseline | envs | speed-up here | paper |", "|---|---|---|---|"]
+                  "beside the paper's; by wall-clock minutes, and by CPU minutes.", "",
+                  "| baseline | envs | speed-up here | by CPU minutes (envs) | paper |", "|---|---|---|---|---|"]
         for baseline, (ratio, n) in ratios.items():
-            shown = format_interval(ratio, 2, "×")
-            lines.append(f"| {label(baseline)} | {n} | {shown} | {PAPER_SPEEDUPS[baseline]:.2f}× |")
+            cpu_ratio, cpu_n = by_cpu[baseline]
+            lines.append(f"| {label(baseline)} | {n} | {format_interval(ratio, 2, '×')} | "
+                         f"{format_interval(cpu_ratio, 2, '×')} ({cpu_n}) | {PAPER_SPEEDUPS[baseline]:.2f}× |")
     return lines

@@ -8,7 +8,7 @@ import pytest
 
 from sun_lightning.results.report import write_report
 from sun_lightning.results.runs import CPU_SHARE, FRAMES_PER_SECOND, MINUTES, RunRecord
-from sun_lightning.results.runtime import PAPER_SPEEDUPS, speedups, study_lines
+from sun_lightning.results.runtime import PAPER_SPEEDUPS, cpu_minutes, speedups, study_lines
 
 COV, ENT = "explore/visits/coverage", "explore/visits/entropy"
 CPU = "cpu (AMD EPYC 9965, 2 cores)"
@@ -32,9 +32,11 @@ def test_the_report_gives_each_methods_minutes_frames_per_second_and_hardware(tm
     write_report(tmp_path, "sun_lightning/ThreeRoom-v0", runs, {})
     text = (tmp_path / "report.md").read_text()
     # two seeds: 3.0 [2.0, 4.0]; frames/s 2000/120 = 16.7 and 2000/240 = 8.3 → 12.5 [8.3, 16.7]; CPU share 0.75
-    assert f"| SUN adaptive | 3.0 [2.0, 4.0] (n = 2) | 12.5 [8.3, 16.7] (n = 2) | 0.75 [0.50, 1.00] (n = 2) | {CPU} |" in text
-    assert f"| AdaGoal | 10.0 (n = 1) | 3.3 (n = 1) | n/a | {CPU} |" in text
-    assert f"| Random | n/a | n/a | n/a | {CPU} |" in text
+    # CPU minutes 2.0 · 1.0 and 4.0 · 0.5: both 2.0
+    assert (f"| SUN adaptive | 3.0 [2.0, 4.0] (n = 2) | 12.5 [8.3, 16.7] (n = 2) | 0.75 [0.50, 1.00] (n = 2) | "
+            f"2.0 [2.0, 2.0] (n = 2) | {CPU} |") in text
+    assert f"| AdaGoal | 10.0 (n = 1) | 3.3 (n = 1) | n/a | n/a | {CPU} |" in text
+    assert f"| Random | n/a | n/a | n/a | n/a | {CPU} |" in text
     first, second, resumed = list(csv.DictReader(open(tmp_path / "runs.csv")))[:3]
     assert (first["minutes"], first["frames_per_second"], first["hardware"]) == ("2", "16.6667", CPU)
     assert (first["cpu_share"], second["cpu_share"], resumed["cpu_share"]) == ("1", "0.5", "n/a")
@@ -66,6 +68,23 @@ def test_speedups_are_the_papers_mean_of_per_environment_ratios():
     lines = study_lines(study)
     assert "| ThreeRoom | 56.6 (n = 1) | 192.1 (n = 1) | 190.5 (n = 1) |" in lines
     assert "| FourRoomStuck | 108.9 [100.0, 117.8] (n = 2) | 469.5 (n = 1) | n/a |" in lines
-    assert f"| AdaGoal | 2 | 3.85× [{low:.2f}, {high:.2f}] (n = 1 / 1 / 1 / 2) | {PAPER_SPEEDUPS['adagoal']:.2f}× |" in lines
-    assert f"| DISCOVER | 1 | 3.37× (n = 1 / 1) | 3.43× |" in lines
+    assert (f"| AdaGoal | 2 | 3.85× [{low:.2f}, {high:.2f}] (n = 1 / 1 / 1 / 2) | n/a (0) | "
+            f"{PAPER_SPEEDUPS['adagoal']:.2f}× |") in lines
+    assert f"| DISCOVER | 1 | 3.37× (n = 1 / 1) | n/a (0) | 3.43× |" in lines
+    assert not any(line.startswith("CPU minutes") for line in lines)  # no run recorded its CPU share
     assert study_lines({"sun_lightning/ThreeRoom-v0": {"sun": [timed("ThreeRoom", "sun", 0, None)]}}) == []
+
+
+def test_runs_that_shared_a_machine_compare_by_cpu_minutes():
+    # SUN took 10 min with half a core (5 CPU minutes), AdaGoal 20 min with a whole one (20): 2× by the clock, 4× by CPU
+    study = {"sun_lightning/ThreeRoom-v0": {"sun": [timed("ThreeRoom", "sun", 0, 10.0, cpu_share=0.5)],
+                                            "adagoal": [timed("ThreeRoom", "adagoal", 0, 20.0, cpu_share=1.0)],
+                                            "discover": [timed("ThreeRoom", "discover", 0, 30.0, cpu_share=float("nan"))]}}
+    assert study["sun_lightning/ThreeRoom-v0"]["sun"][0].cpu_minutes == 5.0
+    wall, n = speedups(study)["adagoal"]
+    cpu, cpu_n = speedups(study, measure=cpu_minutes)["adagoal"]
+    assert (wall.value, n, cpu.value, cpu_n) == (pytest.approx(2.0), 1, pytest.approx(4.0), 1)
+    assert speedups(study, measure=cpu_minutes)["discover"] == (None, 0)  # resumed from before the clock: unknown
+    lines = study_lines(study)
+    assert "| ThreeRoom | 5.0 (n = 1) | 20.0 (n = 1) | n/a |" in lines
+    assert "| AdaGoal | 1 | 2.00× (n = 1 / 1) | 4.00× (n = 1 / 1) (1) | 3.54× |" in lines
