@@ -5,7 +5,8 @@ environment's own report (:mod:`~sun_lightning.results.report`, in ``<results>/<
 
 - ``study.md``: the relative coverage and entropy AUC improvement of each method over AdaGoal, DISCOVER
   and Random averaged over environments, as the paper's "+15.1 % / +7.6 % over AdaGoal", with 95 % intervals; per
-  baseline, rliable's probability that SUN improves on it and the IQM of SUN's normalized AUCs; then each
+  baseline, rliable's probability that SUN improves on it and the IQM of SUN's normalized AUCs; SUN adaptive against
+  each of its ablations and grid variants, with the word its interval allows (beats, ties, loses); then each
   environment's AUCs (mean and 95 % interval over seeds, n) with a link to its report; the paper's runtime table
   (environment × method, minutes) and SUN's speed-ups over AdaGoal and DISCOVER beside the paper's
   (:mod:`~sun_lightning.results.runtime`);
@@ -35,7 +36,8 @@ from sun_lightning.results.auc_bars import auc_bars
 from sun_lightning.results.curves import band_figure, label_axes, plot_bands
 from sun_lightning.results.heatmaps import save_png
 from sun_lightning.results.intervals import (Interval, averaged_relative_interval, format_interval, normalized_iqm,
-                                             probability_of_improvement)
+                                             probability_of_improvement, verdict)
+from sun_lightning.results.labels import NA
 from sun_lightning.results.relative import BASELINES
 from sun_lightning.results.report import (COVERAGE, ENTROPY, KNN, Stat, csv_value, fmt, fmt_percent, label, summarize,
                                           write_csv)
@@ -45,6 +47,8 @@ from sun_lightning.tracking.naming import env_name
 
 #: The columns averaged over environments.
 AUCS = ("coverage AUC", "entropy AUC")
+#: The paper's selection and indicator ablations of SUN adaptive (its Figures 6 and 7).
+ABLATIONS = ("sun_per_step", "sun_episodic", "sun_additive", "novelty_only", "reachability_only")
 
 Study = dict[str, dict[str, list[RunRecord]]]
 """env id → method → its finished runs."""
@@ -180,6 +184,33 @@ def aggregate_lines(summaries) -> list[str]:
     return lines
 
 
+def variants_of_sun(methods: Sequence[str]) -> list[str]:
+    """The study's methods that change one part of SUN adaptive: its selection and indicator ablations
+    (:data:`ABLATIONS`) and grid variants of its settings (``rho=0.5``, ``counts=binned``)."""
+    return [m for m in methods if m in ABLATIONS or "=" in m]
+
+
+def ablation_lines(summaries, methods: Sequence[str]) -> list[str]:
+    """The section on SUN adaptive against each of its ablations and variants, as the paper's ablation claims are read:
+    SUN's relative AUC improvement over it averaged over environments, its interval and what it says."""
+    rows = []
+    for variant in variants_of_sun(methods):
+        cells = []
+        for metric in AUCS:
+            pairs = paired_values(summaries, "sun", variant, metric)
+            change = averaged_relative_interval(pairs) if pairs else None
+            cells.append(NA if change is None else f"{fmt_percent(change)}: SUN {verdict(change)}")
+        envs = len(paired_values(summaries, "sun", variant, AUCS[0]))
+        rows.append(f"| {label(variant)} | {envs} | " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    return ["", "## SUN adaptive against its ablations and variants", "",
+            "SUN adaptive's relative AUC improvement over each (as the table above, SUN in the place of the method and "
+            "the ablation in the baseline's): above 0 SUN does better. \"beats\" or \"loses\" where the 95 % interval "
+            "excludes 0, else \"ties\".", "",
+            "| SUN adaptive against | envs | " + " | ".join(AUCS) + " |", "|---|---|---|---|", *rows]
+
+
 def markdown(study: Study, summaries, relative, context: Sequence[str], reports: dict[str, str],
              figures: Sequence[tuple[str, str]], failed: Sequence[str]) -> str:
     """``study.md``: the averaged improvements, the AUCs per environment, the figures and the failed runs."""
@@ -200,6 +231,7 @@ def markdown(study: Study, summaries, relative, context: Sequence[str], reports:
     else:
         lines.append("Relative AUC improvement: n/a (none of the baselines AdaGoal, DISCOVER, Random finished).")
     lines += aggregate_lines(summaries)
+    lines += ablation_lines(summaries, list(dict.fromkeys(m for runs in study.values() for m in runs)))
     lines += runtime_lines(study)
     lines += ["", "## Per environment", "",
               "Mean over seeds, [95 % bootstrap interval], (n = seeds); n = 1: no interval.", "",

@@ -10,6 +10,7 @@ import pytest
 
 from sun_lightning.results.runs import MINUTES, RunRecord
 from sun_lightning.results.study import aggregates, write_study
+from sun_lightning.results.labels import label
 from sun_lightning.results.report import summarize
 
 COV, ENT = "explore/visits/coverage", "explore/visits/entropy"
@@ -55,3 +56,23 @@ def test_the_study_report_gives_intervals_everywhere(tmp_path):
     row = next(r for r in csv.DictReader(open(tmp_path / "study.csv")) if r["method"] == "sun")
     assert float(row["coverage_auc_vs_random_pct"]) == pytest.approx(100 * 0.1 / 0.425, rel=1e-5)
     assert float(row["coverage_auc_vs_random_pct_ci_low"]) < float(row["coverage_auc_vs_random_pct"])
+
+
+def test_sun_against_its_ablations_reads_each_interval(tmp_path):
+    # SUN 0.6 | 0.7 on both envs; the additive ablation 0.3 | 0.4 (SUN beats it), novelty-only 0.6 | 0.7 on one env and
+    # 0.5 | 0.8 on the other (a tie), ρ = 0.5 0.9 | 1.0 (SUN loses); Random is no ablation of SUN
+    seeds = {"sun": [0.6, 0.7], "sun_additive": [0.3, 0.4], "rho=0.5": [0.9, 1.0], "random": [0.5, 0.5]}
+    study = {env: {m: [flat(env.split("/")[1][:-3], m, s, a) for s, a in enumerate(values)] for m, values in
+                   {**seeds, "novelty_only": [0.6, 0.7] if env == THREE_ROOM else [0.5, 0.8]}.items()}
+             for env in (THREE_ROOM, MOUNTAIN_CAR)}
+    write_study(tmp_path, study)
+    section = (tmp_path / "study.md").read_text().split("## SUN adaptive against its ablations and variants")[1]
+    rows = [line for line in section.split("\n\n## ")[0].splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert [row.split(" | ")[0] for row in rows] == [f"| {label('sun_additive')}", "| rho=0.5", f"| {label('novelty_only')}"]
+    additive, rho, novelty = rows
+    # (0.65 − 0.35) / 0.35 = +85.7 % in both AUCs, every resample of the seeds above 0
+    assert additive.count("+85.7 % [") == 2 and additive.count(": SUN beats") == 2 and " | 2 | " in additive
+    # (0.65 − 0.95) / 0.95 = −31.6 %
+    assert rho.count("-31.6 % [") == 2 and rho.count(": SUN loses") == 2
+    # 0.65 against (0.65 + 0.65) / 2: +0.0 %, and novelty-only's MountainCar seeds 0.5 | 0.8 take the interval across 0
+    assert novelty.count("+0.0 % [") == 2 and novelty.count(": SUN ties") == 2
