@@ -86,7 +86,9 @@ def report(client: mlflow.MlflowClient, args: argparse.Namespace, specs: list[Ru
         env_out = out / env_name(env_id) if several else out
         env_failed = [f for f in failed if f.startswith(env_name(env_id) + "-")]
         env_out.mkdir(parents=True, exist_ok=True)
-        finals = {label(m): checkpoint_dir(args.experiment, records[0].name) / LAST for m, records in runs.items() if records}
+        # the SVF of each method that selects goals (Random's learner has nothing to learn from its own goals)
+        finals = {label(m): checkpoint_dir(args.experiment, records[0].name) / LAST for m, records in runs.items()
+                  if records and records[0].goals_selected > 0}
         true_counts = {label(m): checkpoint_dir(args.experiment, records[0].name) / LAST for m, records in runs.items()
                        if records and m in binned}
         drawn, titles = checkpoint_figures(env_out, env_id, finals, true_counts)

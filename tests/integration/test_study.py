@@ -17,7 +17,7 @@ import pytest
 from sun_lightning import compare
 from sun_lightning.envs.registry import goal_space
 from sun_lightning.learners.dqn import DQNSVF
-from sun_lightning.results.runs import finished_runs
+from sun_lightning.results.runs import SELECTED, finished_runs
 from sun_lightning.study import local
 from sun_lightning.study import plan as plan_module
 from sun_lightning.study.plan import budget_args, parse_grid, plan
@@ -68,6 +68,8 @@ def _log_run(client, experiment_id, name, method, seed, coverage, entropy, frame
     for step, fraction in ((frames // 2, 0.5), (frames, 1.0)):
         client.log_metric(run.info.run_id, "explore/visits/coverage", coverage * fraction, step=step)
         client.log_metric(run.info.run_id, "explore/visits/entropy", entropy * fraction, step=step)
+        if method != "random":
+            client.log_metric(run.info.run_id, SELECTED, 10.0, step=step)
     client.set_terminated(run.info.run_id, "FINISHED")
 
 
