@@ -141,7 +141,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     for path in args.checkpoints:
         if not path.is_file():
             parser.error(f"no checkpoint at {path}")
-        data = stored_goals(path)
+        try:
+            data = stored_goals(path)
+        except ValueError as error:
+            parser.error(str(error))
         columns[f"{data.env_id.split('/')[-1]} {data.method}, {data.frames} frames (N = {len(data.goals)})"] = data
     args.out.parent.mkdir(parents=True, exist_ok=True)
     print(save_png(radius_figure(columns, args.rho), args.out))

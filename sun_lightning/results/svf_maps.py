@@ -223,7 +223,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     for path in args.checkpoints:
         if not path.is_file():
             parser.error(f"no checkpoint at {path}")
-        learner, env_id = load_learner(path)
+        try:
+            learner, env_id = load_learner(path)
+        except ValueError as error:
+            parser.error(str(error))
+        if no_picture(env_id):
+            parser.error(no_picture(env_id))
         panels[f"{env_id.split('/')[-1]}: {path.parent.name or path.name}"] = (learner, env_id)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     print(save_png(svf_figure(panels, args.goals, args.states), args.out))

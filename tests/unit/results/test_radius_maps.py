@@ -117,5 +117,7 @@ def test_bad_checkpoints_are_named(tmp_path):
     torch.save({"state_dict": {}}, tmp_path / "other.ckpt")
     with pytest.raises(ValueError, match="not a checkpoint of a sun_lightning run"):
         radius_maps.stored_goals(tmp_path / "other.ckpt")
-    with pytest.raises(SystemExit):
-        radius_maps.main([str(tmp_path / "missing.ckpt"), "--out", str(tmp_path / "x.png")])
+    for path in ("missing.ckpt", "grid.ckpt"):  # one line naming the problem, no traceback
+        with pytest.raises(SystemExit) as exited:
+            radius_maps.main([str(tmp_path / path), "--out", str(tmp_path / "x.png")])
+        assert exited.value.code == 2

@@ -128,3 +128,14 @@ def test_an_ensemble_is_rebuilt_with_its_own_and_its_bases_arguments(tmp_path):
     assert rebuilt.hparams.ensemble_size == 3 and rebuilt.hparams.width == 32
     np.testing.assert_array_equal(svf_maps.nested_values(rebuilt, MOUNTAIN_CAR, 2, 2),
                                   svf_maps.nested_values(learner, MOUNTAIN_CAR, 2, 2))
+
+
+def test_the_command_names_a_checkpoint_it_cannot_draw(tmp_path, capsys):
+    write_run_checkpoint(tmp_path / "pole.ckpt", "sun_lightning/CartPole-v0",
+                         DQNSVF(goal_space=goal_space("sun_lightning/CartPole-v0")))
+    torch.save({"state_dict": {}}, tmp_path / "other.ckpt")
+    for path, says in ((tmp_path / "pole.ckpt", "no picture"), (tmp_path / "other.ckpt", "not a checkpoint of"),
+                       (tmp_path / "missing.ckpt", "no checkpoint at")):
+        with pytest.raises(SystemExit) as exited:
+            svf_maps.main([str(path), "--out", str(tmp_path / "x.png")])
+        assert exited.value.code == 2 and says in capsys.readouterr().err
