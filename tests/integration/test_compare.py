@@ -138,6 +138,8 @@ def test_a_small_comparison_runs_end_to_end_and_resumes(tmp_path):
     assert "started ThreeRoom-sun-seed0" in first.stdout and "ThreeRoom-random-seed0 finished" in first.stdout
     summary = {row["method"]: row for row in csv.DictReader(open(tmp_path / "results/e2e/summary.csv"))}
     assert summary["sun"]["n"] == summary["random"]["n"] == "1" and summary["sun"]["frames"] == "600"
+    # SUN's learned V(s, g), its learner rebuilt from the checkpoint fit wrote (Random selects no goals: no panel)
+    assert (tmp_path / "results/e2e/svf.png").is_file() and "(svf.png)" in (tmp_path / "results/e2e/report.md").read_text()
     second = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0 and "started" not in second.stdout  # finished runs are not repeated
 
