@@ -21,7 +21,6 @@ picture, which is the appendix's point. Gridworlds have nothing to show: their c
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,8 @@ from sun_lightning.envs.registry import goal_space
 from sun_lightning.replay.binned_count import BinnedCount
 from sun_lightning.replay.pseudocount import RadiusPseudocount
 from sun_lightning.results.goal_grid import GoalGrid
-from sun_lightning.results.heatmaps import _colorbar, count_norm, draw, save_png
+from sun_lightning.results.figure_cli import checkpoint_parser, read_each, write
+from sun_lightning.results.heatmaps import _colorbar, count_norm, draw
 
 #: The radii the paper's sweep draws, largest first (its rows go down in ρ).
 RADII = (0.5, 0.25, 0.1, 0.05, 0.01)
@@ -130,24 +130,14 @@ def radius_figure(columns: dict[str, StoredGoals], radii: Sequence[float] = RADI
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sun_lightning.results.radius_maps", description=__doc__.split("\n\n")[0])
-    parser.add_argument("checkpoints", nargs="+", type=Path, help="run checkpoints (a finished run's last.ckpt), one column each")
+    parser = checkpoint_parser("sun_lightning.results.radius_maps", __doc__, "column")
     parser.add_argument("--rho", nargs="+", type=float, default=list(RADII), help="radii to draw (default: %(default)s)")
-    parser.add_argument("--out", type=Path, required=True, help="the PNG to write")
     args = parser.parse_args(argv)
     if any(rho < 0 for rho in args.rho):
         parser.error(f"radii must be ≥ 0, got {args.rho}")
-    columns = {}
-    for path in args.checkpoints:
-        if not path.is_file():
-            parser.error(f"no checkpoint at {path}")
-        try:
-            data = stored_goals(path)
-        except ValueError as error:
-            parser.error(str(error))
-        columns[f"{data.env_id.split('/')[-1]} {data.method}, {data.frames} frames (N = {len(data.goals)})"] = data
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    print(save_png(radius_figure(columns, args.rho), args.out))
+    columns = {f"{data.env_id.split('/')[-1]} {data.method}, {data.frames} frames (N = {len(data.goals)})": data
+               for data in read_each(parser, args.checkpoints, stored_goals)}
+    write(radius_figure(columns, args.rho), args.out)
 
 
 if __name__ == "__main__":

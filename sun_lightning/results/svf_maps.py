@@ -16,7 +16,6 @@ off: the function learned, not one noisy draw of it).
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import inspect
 import warnings
@@ -33,7 +32,8 @@ from sun_lightning.checkpoints.safe_pickle import read_checkpoint
 from sun_lightning.envs.registry import goal_space
 from sun_lightning.learners.base import Learner
 from sun_lightning.results.goal_grid import GoalGrid
-from sun_lightning.results.heatmaps import _colorbar, save_png
+from sun_lightning.results.figure_cli import checkpoint_parser, read_each, write
+from sun_lightning.results.heatmaps import _colorbar
 from sun_lightning.results.value_maps import evaluation
 
 #: Goals per axis (blocks) and states per axis inside a block, for binned spaces.
@@ -211,27 +211,18 @@ def svf_figure(panels: dict[str, tuple[Learner, str]], goals_per_axis: int = GOA
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sun_lightning.results.svf_maps", description=__doc__.split("\n\n")[0])
-    parser.add_argument("checkpoints", nargs="+", type=Path, help="run checkpoints (a finished run's last.ckpt), one panel each")
+    parser = checkpoint_parser("sun_lightning.results.svf_maps", __doc__, "panel")
     parser.add_argument("--goals", type=int, default=GOALS_PER_AXIS, help="goals per axis, binned spaces (default: %(default)s)")
     parser.add_argument("--states", type=int, default=STATES_PER_AXIS, help="states per axis, binned spaces (default: %(default)s)")
-    parser.add_argument("--out", type=Path, required=True, help="the PNG to write")
     args = parser.parse_args(argv)
     if min(args.goals, args.states) < 1:
         parser.error(f"--goals and --states must be ≥ 1, got {args.goals} and {args.states}")
     panels = {}
-    for path in args.checkpoints:
-        if not path.is_file():
-            parser.error(f"no checkpoint at {path}")
-        try:
-            learner, env_id = load_learner(path)
-        except ValueError as error:
-            parser.error(str(error))
+    for path, (learner, env_id) in zip(args.checkpoints, read_each(parser, args.checkpoints, load_learner)):
         if no_picture(env_id):
             parser.error(no_picture(env_id))
         panels[f"{env_id.split('/')[-1]}: {path.parent.name or path.name}"] = (learner, env_id)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    print(save_png(svf_figure(panels, args.goals, args.states), args.out))
+    write(svf_figure(panels, args.goals, args.states), args.out)
 
 
 if __name__ == "__main__":
