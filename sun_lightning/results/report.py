@@ -53,6 +53,18 @@ SIGNALS = {"explore/episodes/reach": "episode reach", "explore/actions/unmoved":
            "explore/goals/cutoff": "MEGA cutoff", "explore/goals/viable": "MEGA viable",
            "train/q/taken": "Q(s, a, g)"}
 
+#: What a report's cells are (the line under its title).
+CELLS = ("Cells: mean over the n seeds that finished, [its 95 % bootstrap interval], (n = seeds; n = 1: the value alone, "
+         "no interval; n = 2: the interval is the two seeds' range); AUC: the curve's mean height against env frames "
+         "(SPEC §7); n/a: does not apply (goal statistics of a rule without goals, a baseline against itself) or no run.")
+RELATIVE_TITLE = ("Relative AUC improvement (%) as in the paper's table (its Figure \"Relative AUC improvement of each "
+                  "SUN version\"): 100 · (AUC − AUC of the baseline) / AUC of the baseline, on the means over seeds "
+                  "(`sun_lightning/results/relative.py`), with its 95 % bootstrap interval over both methods' seeds and "
+                  "their n (`sun_lightning/results/intervals.py`). An interval that excludes 0 is a win or a loss; one "
+                  "that holds 0 is a tie. A baseline of one seed is held at its value.")
+RELATIVE_NA = "Relative AUC improvement: n/a (none of the baselines AdaGoal, DISCOVER, Random finished)."
+
+
 @dataclass(frozen=True)
 class Stat:
     """A column over seeds: the mean, its 95 % interval (:mod:`~sun_lightning.results.intervals`; ``None`` for one
@@ -113,7 +125,12 @@ def run_values(record: RunRecord) -> dict[str, float | None]:
 
 def summarize(runs: dict[str, list[RunRecord]]) -> dict[str, dict[str, Stat | None]]:
     """Method → column → statistic over its seeds (``None``: n/a); k-NN entropy where a run logged it."""
-    values = {method: [run_values(record) for record in records] for method, records in runs.items()}
+    return summarize_values({method: [run_values(record) for record in records] for method, records in runs.items()})
+
+
+def summarize_values(values: dict[str, list[dict[str, float | None]]]) -> dict[str, dict[str, Stat | None]]:
+    """:func:`summarize` of the runs' numbers (method → a :func:`run_values` dict per seed), wherever they come from:
+    MLflow, or a report's ``runs.csv`` (:mod:`~sun_lightning.results.restate`)."""
     columns = ["coverage", "entropy", "coverage AUC", "entropy AUC", "k-NN entropy", "goal success", "eval success"]
     for optional in ("k-NN entropy", "eval success"):  # columns of runs that logged them
         if not any(v[optional] is not None for rows in values.values() for v in rows):
@@ -156,25 +173,10 @@ def relative_table(summary: dict[str, dict[str, Stat | None]]) -> dict[str, dict
 def markdown(env_id: str, runs: dict[str, list[RunRecord]], summary, relative, context: Sequence[str],
              figures: Sequence[tuple[str, str]], failed: Sequence[str]) -> str:
     """``report.md``: the summary table, the relative-improvement table, the figures and the failed runs."""
-    columns = list(next(iter(summary.values()), {}))
+    counts = {method: len(records) for method, records in runs.items()}
+    frames = {method: min((r.frames for r in records), default=0) for method, records in runs.items()}
     lines = [f"# {env_name(env_id)}: exploration by method", "", *context, *hardware_line(runs), "",
-             "| method | n | frames | " + " | ".join(columns) + " |", "|---" * (len(columns) + 3) + "|"]
-    for method, row in summary.items():
-        frames = min((r.frames for r in runs[method]), default=0)
-        lines.append(f"| {label(method)} | {len(runs[method])} | {frames} | "
-                     + " | ".join(fmt(row[c]) for c in columns) + " |")
-    rel_columns = list(next(iter(relative.values()), {}))
-    if not rel_columns:
-        lines += ["", "Relative AUC improvement: n/a (none of the baselines AdaGoal, DISCOVER, Random finished)."]
-    else:
-        lines += ["", "Relative AUC improvement (%) as in the paper's table (its Figure \"Relative AUC improvement of "
-                  "each SUN version\"): 100 · (AUC − AUC of the baseline) / AUC of the baseline, on the means over "
-                  "seeds (`sun_lightning/results/relative.py`), with its 95 % bootstrap interval over both methods' "
-                  "seeds and their n (`sun_lightning/results/intervals.py`). An interval that excludes 0 is a win or a "
-                  "loss; one that holds 0 is a tie. A baseline of one seed is held at its value.", "",
-                  "| method | " + " | ".join(rel_columns) + " |", "|---" * (len(rel_columns) + 1) + "|"]
-        for method, row in relative.items():
-            lines.append(f"| {label(method)} | " + " | ".join(fmt_percent(row[c]) for c in rel_columns) + " |")
+             *summary_lines(summary, counts, frames), "", *relative_lines(relative)]
     diagnosis = signals(runs)
     sig_columns = list(next(iter(diagnosis.values()), {}))
     if sig_columns:
@@ -189,6 +191,57 @@ def markdown(env_id: str, runs: dict[str, list[RunRecord]], summary, relative, c
     if failed:
         lines += ["", "Runs that failed (not in the tables): " + ", ".join(failed)]
     return "\n".join(lines) + "\n"
+
+
+def summary_lines(summary: dict[str, dict[str, Stat | None]], counts: dict[str, int],
+                  frames: dict[str, int]) -> list[str]:
+    """The summary table: a row per method, its seeds (``counts``), its fewest env frames, each column's statistic."""
+    columns = list(next(iter(summary.values()), {}))
+    lines = ["| method | n | frames | " + " | ".join(columns) + " |", "|---" * (len(columns) + 3) + "|"]
+    for method, row in summary.items():
+        lines.append(f"| {label(method)} | {counts[method]} | {frames[method]} | "
+                     + " | ".join(fmt(row[c]) for c in columns) + " |")
+    return lines
+
+
+def relative_lines(relative: dict[str, dict[str, Interval | None]]) -> list[str]:
+    """The relative AUC improvement: its definition, then a row per method and a column per metric and baseline."""
+    columns = list(next(iter(relative.values()), {}))
+    if not columns:
+        return [RELATIVE_NA]
+    lines = [RELATIVE_TITLE, "", "| method | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for method, row in relative.items():
+        lines.append(f"| {label(method)} | " + " | ".join(fmt_percent(row[c]) for c in columns) + " |")
+    return lines
+
+
+def summary_rows(env_id: str, summary: dict[str, dict[str, Stat | None]],
+                 relative: dict[str, dict[str, Interval | None]], counts: dict[str, int],
+                 frames: dict[str, int]) -> list[dict[str, object]]:
+    """``summary.csv``'s rows: per method, each column's mean, interval, n and std, each improvement and its
+    interval."""
+    rows = []
+    for method, row in summary.items():
+        record = {"env_id": env_id, "method": method, "n": counts[method], "frames": frames[method]}
+        for column, stat in row.items():
+            key = csv_key(column)
+            record[f"{key}_mean"] = csv_value(None if stat is None else stat.mean)
+            record[f"{key}_ci_low"] = csv_value(None if stat is None else stat.low)
+            record[f"{key}_ci_high"] = csv_value(None if stat is None else stat.high)
+            record[f"{key}_n"] = 0 if stat is None else stat.n
+            record[f"{key}_std"] = csv_value(None if stat is None else stat.std)
+        for column, value in relative[method].items():
+            key = csv_key(column) + "_pct"
+            record[key] = csv_value(None if value is None else value.value)
+            record[f"{key}_ci_low"] = csv_value(None if value is None else value.low)
+            record[f"{key}_ci_high"] = csv_value(None if value is None else value.high)
+        rows.append(record)
+    return rows
+
+
+def csv_key(column: str) -> str:
+    """A table column as a CSV field name (``k-NN entropy`` → ``knn_entropy``)."""
+    return column.replace(" ", "_").replace("-", "").lower()
 
 
 def goal_figures(out: Path, env_id: str, runs: dict[str, list[RunRecord]],
@@ -278,26 +331,11 @@ def write_report(out_dir: str | Path, env_id: str, runs: dict[str, list[RunRecor
     figures += drawn_elsewhere
     report = out / "report.md"
     report.write_text(markdown(env_id, runs, summary, relative, context, figures, failed))
-    rows = []
-    for method, row in summary.items():
-        record = {"env_id": env_id, "method": method, "n": len(runs[method]),
-                  "frames": min((r.frames for r in runs[method]), default=0)}
-        for column, stat in row.items():
-            key = column.replace(" ", "_").replace("-", "").lower()
-            record[f"{key}_mean"] = csv_value(None if stat is None else stat.mean)
-            record[f"{key}_ci_low"] = csv_value(None if stat is None else stat.low)
-            record[f"{key}_ci_high"] = csv_value(None if stat is None else stat.high)
-            record[f"{key}_n"] = 0 if stat is None else stat.n
-            record[f"{key}_std"] = csv_value(None if stat is None else stat.std)
-        for column, value in relative[method].items():
-            key = column.replace(" ", "_").replace("-", "").lower() + "_pct"
-            record[key] = csv_value(None if value is None else value.value)
-            record[f"{key}_ci_low"] = csv_value(None if value is None else value.low)
-            record[f"{key}_ci_high"] = csv_value(None if value is None else value.high)
-        rows.append(record)
+    counts = {method: len(records) for method, records in runs.items()}
+    frames = {method: min((r.frames for r in records), default=0) for method, records in runs.items()}
+    rows = summary_rows(env_id, summary, relative, counts, frames)
     per_run = [{"env_id": env_id, "method": r.method, "seed": r.seed, "run_name": r.name, "run_id": r.run_id,
-                "frames": r.frames, **{k.replace(" ", "_").replace("-", "").lower(): csv_value(v)
-                                       for k, v in run_values(r).items()},
+                "frames": r.frames, **{csv_key(k): csv_value(v) for k, v in run_values(r).items()},
                 "minutes": csv_value(r.minutes), "frames_per_second": csv_value(r.frames_per_second),
                 "cpu_share": csv_value(r.cpu_share),
                 "hardware": r.hardware or NA}

@@ -39,8 +39,8 @@ from sun_lightning.results.intervals import (Interval, averaged_relative_interva
                                              probability_of_improvement, verdict)
 from sun_lightning.results.labels import NA
 from sun_lightning.results.relative import BASELINES
-from sun_lightning.results.report import (COVERAGE, ENTROPY, KNN, Stat, csv_value, fmt, fmt_percent, label, summarize,
-                                          write_csv)
+from sun_lightning.results.report import (COVERAGE, ENTROPY, KNN, Stat, csv_key, csv_value, fmt, fmt_percent, label,
+                                          summarize, write_csv)
 from sun_lightning.results.runs import RunRecord
 from sun_lightning.results.runtime import study_lines as runtime_lines
 from sun_lightning.tracking.naming import env_name
@@ -293,7 +293,7 @@ def write_study(out_dir: str | Path, study: Study, context: Sequence[str] = (), 
     for method, row in relative.items():
         record = {"method": method, "envs": sum(1 for runs in study.values() if runs.get(method))}
         for column, v in row.items():
-            key = column.replace(" ", "_").replace("-", "").lower() + "_pct"
+            key = csv_key(column) + "_pct"
             record[key] = csv_value(None if v is None else v.value)
             record[f"{key}_ci_low"] = csv_value(None if v is None else v.low)
             record[f"{key}_ci_high"] = csv_value(None if v is None else v.high)

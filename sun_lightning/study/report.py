@@ -12,7 +12,7 @@ import mlflow
 from sun_lightning.checkpoints.integrity import LAST
 from sun_lightning.metrics.straight_line import straight_line_context
 from sun_lightning.results.checkpoint_figures import checkpoint_figures
-from sun_lightning.results.report import fmt, fmt_percent, label, summarize, write_report
+from sun_lightning.results.report import CELLS, fmt, fmt_percent, label, summarize, write_report
 from sun_lightning.results.runs import RunRecord, finished_runs, load_snapshots
 from sun_lightning.results.study import averaged_relative, write_study
 from sun_lightning.study.plan import RunSpec, checkpoint_dir
@@ -79,10 +79,7 @@ def report(client: mlflow.MlflowClient, args: argparse.Namespace, specs: list[Ru
         frames = sorted({r.frames for records in runs.values() for r in records})
         context = [f"`{env_id}`, config `{config}`, MLflow experiment `{args.experiment}` (parent run `{parent}`), "
                    f"seeds {seeds}, {' / '.join(map(str, frames)) or 'no'} env frames per run.",
-                   "Cells: mean over the n seeds that finished, [its 95 % bootstrap interval], (n = seeds; n = 1: the "
-                   "value alone, no interval; n = 2: the interval is the two seeds' range); AUC: the curve's "
-                   "mean height against env frames (SPEC §7); n/a: does not apply (goal statistics of a rule without "
-                   "goals, a baseline against itself) or no run.", *straight_line_context(env_id)]
+                   CELLS, *straight_line_context(env_id)]
         env_out = out / env_name(env_id) if several else out
         env_failed = [f for f in failed if f.startswith(env_name(env_id) + "-")]
         env_out.mkdir(parents=True, exist_ok=True)

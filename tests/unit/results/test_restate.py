@@ -1,0 +1,100 @@
+"""A report's tables restated from its own runs.csv: unchanged for a new report, intervals for an old one."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from tests.helpers import THREE_ROOM
+from tests.unit.results.test_results import _first_table, _record
+from sun_lightning.results.report import write_report
+from sun_lightning.results.restate import RESTATED, RestateError, main, restate
+
+RUNS_HEADER = "env_id,method,seed,run_name,run_id,frames,coverage,entropy,coverage_auc,entropy_auc,goal_success\n"
+#: A report as reports were written before the intervals: mean ± sample std, improvements without an interval.
+OLD_REPORT = """# ThreeRoom: exploration by method
+
+`sun_lightning/ThreeRoom-v0`, config `conf/three_room.yaml`, seeds 0, 1, 2000 env frames per run.
+Cells: mean ± sample std over the n seeds that finished (n = 1: the value alone); AUC: the curve's mean height.
+Hardware: SUN adaptive, Random: cpu (AMD EPYC, 2 cores).
+
+| method | n | frames | coverage | entropy | coverage AUC | entropy AUC | goal success |
+|---|---|---|---|---|---|---|---|
+| SUN adaptive | 2 | 2000 | 0.700 ± 0.141 | 0.800 ± 0.141 | 0.500 ± 0.141 | 0.700 ± 0.141 | 0.600 ± 0.141 |
+| Random | 2 | 2000 | 0.300 ± 0.000 | 0.500 ± 0.000 | 0.250 ± 0.071 | 0.400 ± 0.000 | n/a |
+
+Relative AUC improvement (%) as in the paper's table: on the means over seeds.
+
+| method | coverage AUC vs Random | entropy AUC vs Random |
+|---|---|---|
+| SUN adaptive | +100.0 % | +75.0 % |
+| Random | n/a | n/a |
+
+What the runs did (their last logging window):
+
+| method | steps to goal |
+|---|---|
+| SUN adaptive | 11.605 ± 4.532 |
+
+![coverage and entropy against env frames](curves.png)
+"""
+OLD_RUNS = RUNS_HEADER + "".join(
+    f"sun_lightning/ThreeRoom-v0,{method},{seed},ThreeRoom-{method}-seed{seed},id{seed},2000,{row}\n"
+    for method, seed, row in [("sun", 0, "0.6,0.7,0.4,0.6,0.5"), ("sun", 1, "0.8,0.9,0.6,0.8,0.7"),
+                              ("random", 0, "0.3,0.5,0.2,0.4,n/a"), ("random", 1, "0.3,0.5,0.3,0.4,n/a")])
+
+
+def test_a_new_report_restated_from_its_runs_csv_is_unchanged(tmp_path):
+    runs = {  # three seeds go through the bootstrap, two through the range, one holds its value
+        "sun": [_record("sun", 0, [0.2, 0.6], [0.5, 0.7]), _record("sun", 1, [0.4, 0.8], [0.7, 0.9], success=0.7),
+                _record("sun", 2, [0.3, 0.9], [0.6, 0.8], success=0.2)],
+        "adagoal": [_record("adagoal", 0, [0.2, 0.4], [0.4, 0.6])],
+        "random": [_record("random", 0, [0.1, 0.3], [0.3, 0.5], goals=0.0),
+                   _record("random", 1, [0.2, 0.3], [0.4, 0.5], goals=0.0)],
+    }
+    write_report(tmp_path, THREE_ROOM, runs, {}, ["context", "Cells: as now."])
+    before = {name: (tmp_path / name).read_text() for name in ("report.md", "summary.csv")}
+    written = restate(tmp_path)
+    assert [p.name for p in written] == ["report.md", "summary.csv"]
+    assert {name: (tmp_path / name).read_text() for name in before} == before
+    assert "[" in _first_table(before["report.md"])["SUN adaptive"][2]  # the intervals were there to keep
+
+
+def test_an_old_report_gets_the_intervals_by_hand_and_keeps_the_rest(tmp_path):
+    (tmp_path / "report.md").write_text(OLD_REPORT)
+    (tmp_path / "runs.csv").write_text(OLD_RUNS)
+    restate(tmp_path)
+    text = (tmp_path / "report.md").read_text()
+    rows = _first_table(text)
+    # two seeds: the interval of the mean is their range
+    assert rows["SUN adaptive"] == ["2", "2000", "0.700 [0.600, 0.800] (n = 2)", "0.800 [0.700, 0.900] (n = 2)",
+                                    "0.500 [0.400, 0.600] (n = 2)", "0.700 [0.600, 0.800] (n = 2)",
+                                    "0.600 [0.500, 0.700] (n = 2)"]
+    assert rows["Random"][4] == "0.250 [0.200, 0.300] (n = 2)" and rows["Random"][-1] == "n/a"
+    # coverage AUC 0.5 against 0.25: +100 %; both pairs of seeds resampled: 0.4 / 0.3 − 1 to 0.6 / 0.2 − 1
+    assert "| SUN adaptive | +100.0 % [+33.3, +200.0] (n = 2 / 2) | +75.0 % [+50.0, +100.0] (n = 2 / 2) |" in text
+    assert "Cells: mean ± sample std" not in text and RESTATED in text and "Cells: mean over the n seeds" in text
+    # what runs.csv does not hold stays as it was
+    assert "| SUN adaptive | 11.605 ± 4.532 |" in text and text.endswith("](curves.png)\n")
+    assert text.count("| method |") == 3
+    summary = {row["method"]: row for row in csv.DictReader(open(tmp_path / "summary.csv"))}
+    assert float(summary["sun"]["coverage_auc_vs_random_pct_ci_high"]) == pytest.approx(200.0)
+    assert summary["random"]["goal_success_n"] == "0"
+    restate(tmp_path)  # a second restatement changes nothing
+    assert (tmp_path / "report.md").read_text() == text
+
+
+def test_what_cannot_be_restated_is_named(tmp_path, capsys):
+    (tmp_path / "report.md").write_text(OLD_REPORT)
+    with pytest.raises(RestateError, match="runs.csv is missing"):
+        restate(tmp_path)
+    (tmp_path / "runs.csv").write_text(OLD_RUNS.replace("sun_lightning/ThreeRoom-v0,random,1",
+                                                        "sun_lightning/GridMaze-v0,random,1"))
+    with pytest.raises(RestateError, match="several environments"):
+        restate(tmp_path)
+    (tmp_path / "runs.csv").write_text("env_id,method,seed\nx,sun,0\n")
+    with pytest.raises(RestateError, match="no column coverage, entropy, frames"):
+        restate(tmp_path)
+    assert main([str(tmp_path / "no_report")]) == 2
+    assert "report.md is missing" in capsys.readouterr().err
