@@ -23,6 +23,9 @@ study report :mod:`sun_lightning.results.study` (the improvement averaged over
 environments, a grid of curves, a bar chart). ``--launcher ray`` runs each run as a
 Ray task (:mod:`sun_lightning.study.ray_launcher`). docs/study.md has the whole story.
 
+``--status`` lists each run (finished, interrupted, to run) with the minutes the unfinished ones need
+(:mod:`sun_lightning.study.status`), and runs nothing.
+
 The exit status is 1 when a run failed or did not finish, and the failed runs are named. Ctrl-C (or SIGTERM)
 stops the running runs, each with a checkpoint, and exits 130; the same command resumes them.
 """
@@ -78,6 +81,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="MLflow store of the study and its runs (default: ./mlruns; a server URI on a cluster)")
     parser.add_argument("--results-dir", default=None, help="where the report goes (default: results/<experiment>)")
     parser.add_argument("--report-only", action="store_true", help="report the finished runs, run nothing")
+    parser.add_argument("--status", action="store_true",
+                        help="list each run (finished, interrupted, to run) and the time the rest needs; run and "
+                             "report nothing")
     args = parser.parse_args(argv)
     args.configs = list(PAPER_CONFIGS) if args.suite else args.configs or [args.config]
     args.methods = args.methods or (list(PAPER_METHODS) if args.suite else list(DEFAULT_METHODS))
@@ -142,6 +148,13 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     client = mlflow.MlflowClient(uri)
+    if args.status:
+        from sun_lightning.study.status import status_table, study_status
+
+        states = study_status(client, args.experiment, args.specs, Path.cwd(), args.budget_scale, extra)
+        print(f"experiment {args.experiment!r}, {uri}")
+        print(status_table(states, args.jobs or 1))
+        return
     env_ids = list(dict.fromkeys(s.env_id for s in args.specs))
     parent = comparison_parent(client, args.experiment, env_ids[0] if len(env_ids) == 1 else None,
                                None if len(env_ids) == 1 else f"{args.experiment}-study")

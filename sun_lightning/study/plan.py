@@ -100,7 +100,8 @@ def plan(configs: list[str], methods: list[str], grid: dict[str, tuple[str, ...]
     return specs
 
 
-def _default(cls, name: str):
+def signature_default(cls, name: str):
+    """The default of a constructor argument (the one place defaults live: the signatures)."""
     return inspect.signature(cls.__init__).parameters[name].default
 
 
@@ -114,14 +115,14 @@ def budget_args(config: str | Path, scale: float) -> tuple[str, ...]:
 
     tree = yaml.safe_load(Path(config).read_text()) or {}
     data, metrics = tree.get("data") or {}, tree.get("metrics") or {}
-    step = int(data.get("num_envs", _default(DataConfig, "num_envs")))
+    step = int(data.get("num_envs", signature_default(DataConfig, "num_envs")))
 
     def scaled(value) -> str:
         return str(max(step, round(float(value) * scale / step) * step))
 
-    total = data.get("total_frames", _default(DataConfig, "total_frames"))
-    warmup = data.get("warmup_frames", _default(DataConfig, "warmup_frames"))
-    log = metrics.get("log_every_frames", _default(ExplorationLogger, "log_every_frames"))
+    total = data.get("total_frames", signature_default(DataConfig, "total_frames"))
+    warmup = data.get("warmup_frames", signature_default(DataConfig, "warmup_frames"))
+    log = metrics.get("log_every_frames", signature_default(ExplorationLogger, "log_every_frames"))
     every = (tree.get("checkpoint") or {}).get("every_frames", 10_000)
     return ("--data.total_frames", scaled(total), "--data.warmup_frames", scaled(warmup),
             "--metrics.log_every_frames", scaled(log), "--checkpoint.every_frames", scaled(every))
