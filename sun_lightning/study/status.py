@@ -9,7 +9,8 @@ rest will take, before a session decides what to start.
   checkpoint is at or past them), of the run's budget.
 - **to run**: neither.
 
-The estimate for an unfinished run is the median minutes of the finished runs of the same environment and method
+The estimate for an unfinished run is the median minutes of the experiment's finished runs of the same environment and
+method
 (without one: another method's there, times the two methods' ratio where both finished), times the share of its budget
 still to go; a run with neither has none ("?"). Finished runs' minutes were measured under whatever load they ran
 beside, and so is the estimate.
@@ -27,6 +28,7 @@ import yaml
 from sun_lightning.checkpoints import run_folders
 from sun_lightning.results.runs import RunRecord, finished_runs
 from sun_lightning.study.plan import RunSpec, budget_args, checkpoint_dir, signature_default
+from sun_lightning.tracking.naming import env_name
 
 #: What an interrupted run's progress is read from: a curve every run logs against env frames.
 PROGRESS_METRIC = "explore/visits/coverage"
@@ -82,11 +84,11 @@ def study_status(client: mlflow.MlflowClient, experiment: str, specs: list[RunSp
     """Each run of ``specs`` and where it stands in ``experiment`` and under ``root`` (the study's folder)."""
     done: dict[str, RunRecord] = finished_runs(client, experiment)
     found = client.get_experiment_by_name(experiment)
-    minutes: dict[tuple[str, str], list[float]] = {}
-    for spec in specs:
-        record = done.get(spec.name)
-        if record is not None and record.minutes is not None:
-            minutes.setdefault((spec.env_id, spec.method), []).append(record.minutes)
+    minutes: dict[tuple[str, str], list[float]] = {}  # (environment, method) → minutes, over the whole experiment
+    for record in done.values():
+        env, _, _ = record.name.partition(f"-{record.method}-seed")
+        if record.minutes is not None:
+            minutes.setdefault((env, record.method), []).append(record.minutes)
     budgets = {config: run_budget(config, scale, extra) for config in dict.fromkeys(s.config for s in specs)}
     states = []
     for spec in specs:
@@ -98,24 +100,24 @@ def study_status(client: mlflow.MlflowClient, experiment: str, specs: list[RunSp
         folder = run_folders.newest_folder(root / checkpoint_dir(experiment, spec.name))[0]
         interrupted = run_folders.has_checkpoints(folder)
         frames = logged_frames(client, found.experiment_id, spec.name) if interrupted and found else 0
-        whole, basis = estimate(minutes, spec.env_id, spec.method)
+        whole, basis = estimate(minutes, env_name(spec.env_id), spec.method)
         left = None if whole is None else whole * max(0.0, 1 - frames / budget)
         states.append(RunState(spec, UNFINISHED if interrupted else TO_RUN, frames, budget, left, basis))
     return states
 
 
-def estimate(minutes: dict[tuple[str, str], list[float]], env_id: str, method: str) -> tuple[float | None, str]:
-    """The minutes a whole run of ``method`` on ``env_id`` takes, and what the figure stands on.
+def estimate(minutes: dict[tuple[str, str], list[float]], env: str, method: str) -> tuple[float | None, str]:
+    """The minutes a whole run of ``method`` on ``env`` (its name in run names) takes, and what the figure stands on.
 
     The median of its finished runs there; without one, another method's median there times the two methods'
     ratio of medians on the environments where both finished (the method that shares most of them); else none.
     """
-    own = minutes.get((env_id, method))
+    own = minutes.get((env, method))
     if own:
         return statistics.median(own), f"median of {len(own)} finished"
     best = None
-    for (env, other), here in minutes.items():
-        if env != env_id or other == method:
+    for (where, other), here in minutes.items():
+        if where != env or other == method:
             continue
         shared = [e for (e, m) in minutes if m == method and (e, other) in minutes]
         if shared and (best is None or len(shared) > len(best[1])):

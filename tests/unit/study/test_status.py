@@ -67,6 +67,9 @@ def test_each_run_is_placed_and_the_rest_estimated_by_hand(tmp_path):
     assert unfinished.minutes == pytest.approx(20.0 * 3 * 0.75)
     assert unfinished.basis == "sun here × 3.00, its ratio on 1 env(s)"
     assert states["GridMaze-adagoal-seed1"].minutes == pytest.approx(60.0)
+    # a study of AdaGoal alone estimates from every finished run of the experiment, SUN's too
+    (alone,) = study_status(client, EXPERIMENT, [states["GridMaze-adagoal-seed1"].spec], tmp_path)
+    assert alone.minutes == pytest.approx(60.0)
 
     table = status_table(list(states.values()), jobs=2)
     left = 36 + 20 + 45 + 60  # ThreeRoom AdaGoal seed 1, GridMaze SUN seed 1, GridMaze AdaGoal seeds 0 and 1
