@@ -23,7 +23,7 @@ study report :mod:`sun_lightning.results.study` (the improvement averaged over
 environments, a grid of curves, a bar chart). ``--launcher ray`` runs each run as a
 Ray task (:mod:`sun_lightning.study.ray_launcher`). docs/study.md has the whole story.
 
-``--status`` lists each run (finished, interrupted, to run) with the minutes the unfinished ones need
+``--status`` lists each run (finished, running, unfinished, to run) with the minutes the unfinished ones need
 (:mod:`sun_lightning.study.status`), and runs nothing.
 
 The exit status is 1 when a run failed or did not finish, and the failed runs are named. Ctrl-C (or SIGTERM)
@@ -82,7 +82,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--results-dir", default=None, help="where the report goes (default: results/<experiment>)")
     parser.add_argument("--report-only", action="store_true", help="report the finished runs, run nothing")
     parser.add_argument("--status", action="store_true",
-                        help="list each run (finished, interrupted, to run) and the time the rest needs; run and "
+                        help="list each run (finished, running, unfinished, to run) and the time the rest needs; run and "
                              "report nothing")
     args = parser.parse_args(argv)
     args.configs = list(PAPER_CONFIGS) if args.suite else args.configs or [args.config]

@@ -1,19 +1,20 @@
-"""Where a study stands: each run finished, interrupted or still to run, and the time its unfinished runs need.
+"""Where a study stands: each run finished, running, unfinished or still to run, and the time the rest needs.
 
 ``python -m sun_lightning.compare … --status`` reads the study's MLflow experiment and checkpoint folders and runs
 nothing. A study of the paper's DQN half takes days of two cores; this is what says how far it got and how long the
 rest will take, before a session decides what to start.
 
 - **finished**: the experiment has its finished ``fit`` run; its wall-clock minutes (``perf/run/minutes``).
-- **interrupted**: its checkpoint folder holds a checkpoint; the env frames its MLflow run logged last (the
-  checkpoint is at or past them), of the run's budget.
-- **to run**: neither.
+- **running**: a live process holds its checkpoint folder (:func:`~sun_lightning.checkpoints.run_folders.holder`);
+  the env frames its MLflow run logged last, of the run's budget.
+- **unfinished**: no process holds it and it has a checkpoint to resume from; the env frames its MLflow run logged
+  last (the checkpoint is at or past them).
+- **to run**: none of these.
 
-The estimate for an unfinished run is the median minutes of the experiment's finished runs of the same environment and
-method
-(without one: another method's there, times the two methods' ratio where both finished), times the share of its budget
-still to go; a run with neither has none ("?"). Finished runs' minutes were measured under whatever load they ran
-beside, and so is the estimate.
+The estimate for a run not finished is the median minutes of the experiment's finished runs of the same environment
+and method (without one: another method's there, times the two methods' ratio where both finished), times the share
+of its budget still to go; a run with neither has none ("?"). Finished runs' minutes were measured under whatever
+load they ran beside, and so is the estimate.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from sun_lightning.tracking.naming import env_name
 
 #: What an interrupted run's progress is read from: a curve every run logs against env frames.
 PROGRESS_METRIC = "explore/visits/coverage"
-FINISHED, UNFINISHED, TO_RUN = "finished", "unfinished", "to run"
+FINISHED, RUNNING, UNFINISHED, TO_RUN = "finished", "running", "unfinished", "to run"
 
 
 @dataclass(frozen=True)
@@ -40,8 +41,8 @@ class RunState:
     """One run of a study and where it stands.
 
     Attributes:
-        frames: env frames done (finished: its last logged frame; interrupted: the last its MLflow run logged;
-            to run: 0).
+        frames: env frames done (finished: its last logged frame; running or unfinished: the last its MLflow run
+            logged; to run: 0).
         budget: its ``data.total_frames``.
         minutes: finished: its wall-clock minutes (``None``: not recorded); else the estimate of what is left
             (``None``: no finished run to estimate from).
@@ -98,11 +99,12 @@ def study_status(client: mlflow.MlflowClient, experiment: str, specs: list[RunSp
             states.append(RunState(spec, FINISHED, record.frames, budget, record.minutes))
             continue
         folder = run_folders.newest_folder(root / checkpoint_dir(experiment, spec.name))[0]
-        interrupted = run_folders.has_checkpoints(folder)
-        frames = logged_frames(client, found.experiment_id, spec.name) if interrupted and found else 0
+        state = (RUNNING if run_folders.holder(folder) is not None
+                 else UNFINISHED if run_folders.has_checkpoints(folder) else TO_RUN)
+        frames = logged_frames(client, found.experiment_id, spec.name) if state != TO_RUN and found else 0
         whole, basis = estimate(minutes, env_name(spec.env_id), spec.method)
         left = None if whole is None else whole * max(0.0, 1 - frames / budget)
-        states.append(RunState(spec, UNFINISHED if interrupted else TO_RUN, frames, budget, left, basis))
+        states.append(RunState(spec, state, frames, budget, left, basis))
     return states
 
 
@@ -140,7 +142,7 @@ def status_table(states: list[RunState], jobs: int = 1) -> str:
         else:
             when = f"≈ {s.minutes:.0f} left ({s.basis})" if s.minutes is not None else "? (no finished run to go by)"
         lines.append(f"{s.spec.name:<{width}}  {s.state:<11}  {s.frames:>8} / {s.budget:<6}  {when}")
-    count = {state: sum(s.state == state for s in states) for state in (FINISHED, UNFINISHED, TO_RUN)}
+    count = {state: sum(s.state == state for s in states) for state in (FINISHED, RUNNING, UNFINISHED, TO_RUN)}
     unfinished = [s for s in states if s.state != FINISHED]
     left = sum(s.minutes for s in unfinished if s.minutes is not None)
     unknown = sum(s.minutes is None for s in unfinished)

@@ -1,5 +1,5 @@
-"""``compare --status``: each run of a study finished, unfinished (with the frames it logged) or to run, and the
-minutes the rest needs, by hand on a small store."""
+"""``compare --status``: each run of a study finished, running, unfinished (with the frames it logged) or to run, and
+the minutes the rest needs, by hand on a small store."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import mlflow
 import pytest
 
 from sun_lightning.study.plan import RunSpec, checkpoint_dir
-from sun_lightning.study.status import FINISHED, TO_RUN, UNFINISHED, run_budget, status_table, study_status
+from sun_lightning.study.status import FINISHED, RUNNING, TO_RUN, UNFINISHED, run_budget, status_table, study_status
 
 EXPERIMENT = "study-test"
 COV, MINUTES = "explore/visits/coverage", "perf/run/minutes"
@@ -73,9 +73,41 @@ def test_each_run_is_placed_and_the_rest_estimated_by_hand(tmp_path):
 
     table = status_table(list(states.values()), jobs=2)
     left = 36 + 20 + 45 + 60  # ThreeRoom AdaGoal seed 1, GridMaze SUN seed 1, GridMaze AdaGoal seeds 0 and 1
-    assert table.splitlines()[-1] == (f"8 runs: 4 finished, 1 unfinished, 3 to run; left ≈ {left} min of runs, "
+    assert table.splitlines()[-1] == (f"8 runs: 4 finished, 0 running, 1 unfinished, 3 to run; left ≈ {left} min of runs, "
                                       f"≈ {left / 2 / 60:.1f} h at 2 at once")
     assert "GridMaze-adagoal-seed0" in table and "≈ 45 left (sun here × 3.00" in table
+
+
+def test_a_run_a_live_process_holds_is_running(tmp_path):
+    """A launch at work (its folder claimed by a live process, no checkpoint yet) is running with the frames its
+    MLflow run logged; once the process is gone, the same folder with a checkpoint is unfinished."""
+    import os
+    import subprocess
+    import sys
+
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.create_experiment(EXPERIMENT, artifact_location=str(tmp_path / "artifacts"))
+    room = _config(tmp_path, "room", "sun_lightning/ThreeRoom-v0", 1000)
+    spec = RunSpec(room, "sun_lightning/ThreeRoom-v0", "sun", 1, ())
+    _run(client, exp, "ThreeRoom-sun-seed0", "sun", 0, [500, 1000], 10.0)
+    _run(client, exp, spec.name, "sun", 1, [250], status="RUNNING")
+    folder = tmp_path / checkpoint_dir(EXPERIMENT, spec.name)
+    code = ("import time; from sun_lightning.checkpoints import run_folders; "
+            f"run_folders.claim({str(folder)!r}); print('held', flush=True); time.sleep(60)")
+    root = Path(__file__).resolve().parents[3]
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(root)})
+    try:
+        assert child.stdout.readline().strip() == "held"
+        (state,) = study_status(client, EXPERIMENT, [spec], tmp_path)
+        assert (state.state, state.frames, state.minutes) == (RUNNING, 250, pytest.approx(7.5))
+        assert status_table([state]).splitlines()[-1].startswith("1 runs: 0 finished, 1 running, 0 unfinished, 0 to")
+    finally:
+        child.kill()
+        child.wait()
+    (folder / "last.ckpt").write_bytes(b"checkpoint")
+    (state,) = study_status(client, EXPERIMENT, [spec], tmp_path)
+    assert (state.state, state.frames) == (UNFINISHED, 250)
 
 
 def test_a_run_without_any_finished_run_to_go_by_has_no_estimate(tmp_path):
@@ -106,7 +138,7 @@ def test_compare_status_lists_the_study_and_runs_nothing(tmp_path, monkeypatch, 
           "--tracking-uri", uri, "--status"])
     out = capsys.readouterr().out
     assert "ThreeRoom-random-seed1" in out and "0 / 50000" in out
-    assert out.rstrip().endswith("4 runs: 0 finished, 0 unfinished, 4 to run; left ≈ 0 min of runs, ≈ 0.0 h at 1 at "
+    assert out.rstrip().endswith("4 runs: 0 finished, 0 running, 0 unfinished, 4 to run; left ≈ 0 min of runs, ≈ 0.0 h at 1 at "
                                  "once, and 4 run(s) without an estimate")
     client = mlflow.MlflowClient(uri)
     assert client.search_runs([client.get_experiment_by_name(EXPERIMENT).experiment_id]) == []  # no parent run
