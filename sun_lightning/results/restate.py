@@ -1,48 +1,73 @@
-"""A written report's tables restated from its own ``runs.csv``: the paper's statistics (SPEC §7) for a report whose
-MLflow store is gone.
+"""A written report's tables restated from its own ``runs.csv``, with the runs of other reports added: the paper's
+statistics (SPEC §7) for reports whose MLflow stores are gone.
 
 A comparison report (:mod:`~sun_lightning.results.report`) keeps every run's final numbers in ``runs.csv``. Reports
 written before the 95 % intervals gave mean ± sample std; their runs' stores did not travel with them, so they cannot be
-written again from MLflow. This command reads ``runs.csv`` back and rewrites, in place, what those numbers determine:
+written again from MLflow. A study that ran on several machines, or whose store was lost with its machine, has its runs
+in several reports' ``runs.csv``. This command reads ``runs.csv`` back (a row per run: :func:`record_from_row`) and
+rewrites, in place, what those numbers determine:
 
-- ``report.md``'s summary table (mean, [95 % bootstrap interval], n) and its relative AUC improvement table (with its
-  interval), through the same functions a new report uses, so that a report restated from its own ``runs.csv`` is
-  unchanged;
-- ``summary.csv``, in the new report's columns.
+- ``report.md``'s summary table (mean, [95 % bootstrap interval], n), its relative AUC improvement table (with its
+  interval), its hardware line and run-time table, through the same functions a new report uses, so that a report
+  restated from its own ``runs.csv`` is unchanged;
+- ``summary.csv``, in the new report's columns;
+- for a study folder (``study.md`` over environment folders): each environment's report, then ``study.md``,
+  ``study.csv``, ``auc_bars.png`` and ``improvement_bars.png`` (:func:`~sun_lightning.results.study.write_study`).
 
-The rest of an older report (the curves' ± std bands, the table of what the runs did) needs the runs' histories, which
-``runs.csv`` does not hold: it stays, and ``report.md`` says so under the cells' definition.
+``--add`` first merges the rows of other reports (their ``runs.csv``, or a study's) into each ``runs.csv`` of the same
+environment; an added run of a name already there replaces it. The rest of a report (its curves, heatmaps, the table of
+what the runs did; a study's ``curves_grid.png``) needs the runs' histories, which ``runs.csv`` does not hold: it stays
+as it was drawn, and the report says so under the cells' definition.
 
     python -m sun_lightning.results.restate docs/antmaze_s docs/point_maze_h
+    python -m sun_lightning.results.restate docs/study_dqn --add other_machine/results/study-dqn
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from sun_lightning.results.labels import NA
-from sun_lightning.results.report import (CELLS, csv_key, relative_lines, relative_table, summarize_values,
-                                          summary_lines, summary_rows, write_csv)
+from sun_lightning.results.report import (CELLS, COVERAGE, ENTROPY, EVAL_SUCCESS, KNN, SUCCESS, relative_lines,
+                                          relative_table, summarize, summary_lines, summary_rows, write_csv)
+from sun_lightning.results.runs import CPU_SHARE, FRAMES_PER_SECOND, MINUTES, RunRecord
+from sun_lightning.results.runtime import hardware_line, report_lines as runtime_lines
+from sun_lightning.results.study import write_study
+from sun_lightning.tracking.naming import env_name
 
-#: run_values' columns, in their order (:func:`~sun_lightning.results.report.run_values`).
-COLUMNS = ("coverage", "entropy", "coverage AUC", "entropy AUC", "k-NN entropy", "goal success", "eval success")
+#: ``runs.csv`` columns of a run's final values → the metric they are the last value of.
+FINAL = {"coverage": COVERAGE, "entropy": ENTROPY, "knn_entropy": KNN, "goal_success": SUCCESS,
+         "eval_success": EVAL_SUCCESS, "minutes": MINUTES, "frames_per_second": FRAMES_PER_SECOND,
+         "cpu_share": CPU_SHARE}
+#: ``runs.csv`` columns of a run's AUCs → the metric whose curve they are the area under.
+AUCS = {"coverage_auc": COVERAGE, "entropy_auc": ENTROPY}
 #: The cells' definition of a report written before the intervals.
 OLD_CELLS = "Cells: mean ± sample std"
 RESTATED = ("Restated from this folder's `runs.csv` (`python -m sun_lightning.results.restate`): the summary and "
             "relative-improvement tables are the runs' own numbers with their 95 % intervals. The runs' histories were "
             "not kept, so the curves' bands and the table of what the runs did are still the original report's "
             "mean ± sample std.")
+#: Under the cells' definition of a report that other reports' runs were added to.
+ADDED = ("Runs added from other reports' `runs.csv` (`python -m sun_lightning.results.restate --add`) are in the "
+         "summary, relative-improvement and run-time tables; the figures and the table of what the runs did were drawn "
+         "before, from the runs then in the MLflow store. Added:")
+#: Under a restated study's context.
+STUDY_RESTATED = ("Restated from each environment's `runs.csv` (`python -m sun_lightning.results.restate`): the tables "
+                  "and the bar figures hold every run listed there; the curves were drawn before, from the runs then "
+                  "in the MLflow store.")
 
 
 class RestateError(ValueError):
     """A folder that is not a report this command can restate."""
 
 
-def read_runs(path: Path) -> tuple[str, dict[str, list[dict[str, float | None]]], dict[str, int]]:
-    """``runs.csv`` → (env id, method → a value dict per run in file order, method → its fewest env frames)."""
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """A report's ``runs.csv``, a dict per run (checked to be one)."""
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     if not rows:
@@ -50,20 +75,73 @@ def read_runs(path: Path) -> tuple[str, dict[str, list[dict[str, float | None]]]
     missing = {"env_id", "method", "frames", "coverage", "entropy"} - set(rows[0])
     if missing:
         raise RestateError(f"{path} is not a report's runs.csv: no column {', '.join(sorted(missing))}")
+    return rows
+
+
+def record_from_row(row: dict[str, str]) -> RunRecord:
+    """A run as :func:`~sun_lightning.results.report.write_report` wrote it into ``runs.csv``: its final values, AUCs,
+    last env frame and hardware, no histories. A run with a goal success drew goals (``goals_selected`` 1)."""
+    final = {metric: value for column, metric in FINAL.items() if (value := _number(row.get(column))) is not None}
+    aucs = {metric: value for column, metric in AUCS.items() if (value := _number(row.get(column))) is not None}
+    seed = row.get("seed", "")
+    return RunRecord(row.get("run_name") or f"{env_name(row['env_id'])}-{row['method']}-seed{seed}",
+                     row.get("run_id", ""), row["method"], int(seed) if seed.lstrip("-").isdigit() else 0, final,
+                     goals_selected=1.0 if SUCCESS in final else 0.0,
+                     hardware="" if row.get("hardware") in (None, "", NA) else row["hardware"], aucs=aucs,
+                     last_frame=int(float(row["frames"])))
+
+
+def read_records(path: Path) -> tuple[str, dict[str, list[RunRecord]]]:
+    """``runs.csv`` → (env id, method → its runs in file order)."""
+    rows = read_rows(path)
     envs = {row["env_id"] for row in rows}
     if len(envs) > 1:
         raise RestateError(f"{path} holds runs of several environments ({', '.join(sorted(envs))}): one report each")
-    values: dict[str, list[dict[str, float | None]]] = {}
-    frames: dict[str, int] = {}
+    runs: dict[str, list[RunRecord]] = {}
     for row in rows:
-        method = row["method"]
-        values.setdefault(method, []).append({column: _number(row.get(csv_key(column))) for column in COLUMNS})
-        frames[method] = min(frames.get(method, int(row["frames"])), int(row["frames"]))
-    return envs.pop(), values, frames
+        runs.setdefault(row["method"], []).append(record_from_row(row))
+    return envs.pop(), runs
+
+
+def report_runs(folder: Path) -> tuple[str, dict[str, list[RunRecord]]]:
+    """A report folder's runs (:func:`read_records`), its methods in the order of its ``summary.csv``, where one is,
+    with those that have no run there (planned, none finished) kept as empty."""
+    env_id, runs = read_records(folder / "runs.csv")
+    listed = []
+    if (folder / "summary.csv").is_file():
+        with open(folder / "summary.csv", newline="") as f:
+            listed = [row["method"] for row in csv.DictReader(f) if row.get("method")]
+    return env_id, {method: runs.get(method, []) for method in dict.fromkeys([*listed, *runs])}
 
 
 def _number(cell: str | None) -> float | None:
     return None if cell in (None, "", NA) else float(cell)
+
+
+def merge_rows(path: Path, added: Sequence[Path]) -> list[str]:
+    """Merge into ``runs.csv`` at ``path`` the rows of its environment from the reports in ``added`` (each a report
+    folder or a study folder): a name already there is replaced. Methods keep their order (new ones last), each
+    method's runs by seed. Returns the names of the runs added."""
+    rows = read_rows(path)
+    env_id = rows[0]["env_id"]
+    names = []
+    merged = {row["run_name"]: row for row in rows}
+    for folder in added:
+        found = [Path(folder) / "runs.csv", *sorted(Path(folder).glob("*/runs.csv"))]
+        if not any(p.is_file() for p in found):
+            raise RestateError(f"{folder} holds no report's runs.csv to add")
+        for other in (p for p in found if p.is_file()):
+            for row in read_rows(other):
+                if row["env_id"] == env_id:
+                    merged[row["run_name"]] = row
+                    names.append(row["run_name"])
+    if not names:
+        return []
+    columns = list(dict.fromkeys(key for row in (rows[0], *merged.values()) for key in row))
+    order = list(dict.fromkeys(row["method"] for row in (*rows, *merged.values())))
+    ordered = sorted(merged.values(), key=lambda r: (order.index(r["method"]), int(r.get("seed") or 0)))
+    write_csv(path, [{key: row.get(key) or NA for key in columns} for row in ordered])
+    return list(dict.fromkeys(names))
 
 
 def replace_block(lines: list[str], start: str, new: list[str]) -> list[str]:
@@ -80,34 +158,99 @@ def replace_block(lines: list[str], start: str, new: list[str]) -> list[str]:
     return lines[:at] + new + lines[end:]
 
 
-def restate(folder: str | Path) -> list[Path]:
-    """Rewrite ``report.md``'s two tables and ``summary.csv`` in ``folder`` from its ``runs.csv``; the files written."""
+def place_block(lines: list[str], start: str, new: list[str], before: str) -> list[str]:
+    """:func:`replace_block`, where the block may be missing: then ``new`` goes in before the first line starting with
+    ``before`` (else at the end), followed by a blank line; an empty ``new`` removes the block and the blank line
+    before it."""
+    at = next((i for i, line in enumerate(lines) if line.startswith(start)), None)
+    if at is not None:
+        if new:
+            return replace_block(lines, start, new)
+        rest = replace_block(lines, start, [])
+        return rest[:at - 1] + rest[at:] if at > 0 and rest[at - 1] == "" else rest
+    if not new:
+        return lines
+    at = next((i for i, line in enumerate(lines) if line.startswith(before)), None)
+    return lines + [""] + new if at is None else lines[:at] + new + [""] + lines[at:]
+
+
+def restate(folder: str | Path, added: Sequence[str | Path] = ()) -> list[Path]:
+    """Rewrite ``report.md``'s tables (summary, relative improvement, run time), its hardware line and ``summary.csv``
+    in ``folder`` from its ``runs.csv``, after merging the rows of the reports in ``added``; the files written."""
     out = Path(folder)
-    report, runs = out / "report.md", out / "runs.csv"
-    for path in (report, runs):
+    report, runs_csv = out / "report.md", out / "runs.csv"
+    for path in (report, runs_csv):
         if not path.is_file():
             raise RestateError(f"{out} is not a report folder: {path.name} is missing")
-    env_id, values, frames = read_runs(runs)
-    summary = summarize_values(values)
+    names = merge_rows(runs_csv, [Path(a) for a in added]) if added else []
+    env_id, runs = report_runs(out)
+    summary = summarize(runs)
     relative = relative_table(summary)
-    counts = {method: len(rows) for method, rows in values.items()}
+    counts = {method: len(records) for method, records in runs.items()}
+    frames = {method: min((r.frames for r in records), default=0) for method, records in runs.items()}
     lines = report.read_text().splitlines()
     lines = replace_block(lines, "| method | n | frames |", summary_lines(summary, counts, frames))
     lines = replace_block(lines, "Relative AUC improvement", relative_lines(relative))
+    lines = place_block(lines, "Run time (wall clock", runtime_lines(runs)[1:], "![")
+    hardware = hardware_line(runs)
+    at = next((i for i, line in enumerate(lines) if line.startswith("Hardware:")), None)
+    if at is not None:
+        lines[at:at + 1] = hardware
+    elif hardware:
+        table = next(i for i, line in enumerate(lines) if line.startswith("| method | n | frames |"))
+        lines[table - 1:table - 1] = hardware
     cells = next((i for i, line in enumerate(lines) if line.startswith("Cells:")), None)
     if cells is not None and lines[cells].startswith(OLD_CELLS):
         lines[cells:cells + 1] = [CELLS, RESTATED]
+    if cells is not None and cells + 1 < len(lines) and lines[cells + 1] == RESTATED:
+        cells += 1
+    if names and cells is not None:
+        previous = lines[cells + 1].removeprefix(ADDED).strip(" .").split(", ") if (
+            cells + 1 < len(lines) and lines[cells + 1].startswith(ADDED)) else []
+        note = f"{ADDED} {', '.join(dict.fromkeys([n for n in previous if n] + names))}."
+        lines[cells + 1:cells + 1 + bool(previous)] = [note]
     report.write_text("\n".join(lines) + "\n")
     return [report, write_csv(out / "summary.csv", summary_rows(env_id, summary, relative, counts, frames))]
 
 
+def restate_study(folder: str | Path, added: Sequence[str | Path] = ()) -> list[Path]:
+    """Restate each environment's report of the study in ``folder`` (:func:`restate`), then its ``study.md``,
+    ``study.csv`` and bar figures from the environments' ``runs.csv``; its ``curves_grid.png`` and ``knn_entropy.png``
+    stay as drawn. The files written."""
+    out = Path(folder)
+    old = (out / "study.md").read_text().splitlines()
+    linked = list(dict.fromkeys(re.findall(r"\]\(([^)/]+)/report\.md\)", "\n".join(old))))
+    envs = [name for name in linked if (out / name / "runs.csv").is_file()] or sorted(
+        p.parent.name for p in out.glob("*/runs.csv"))
+    if not envs:
+        raise RestateError(f"{out} is not a study folder: no environment folder with a runs.csv")
+    written, study, reports = [], {}, {}
+    for name in envs:
+        written += restate(out / name, added)
+        env_id, runs = report_runs(out / name)
+        study[env_id], reports[env_id] = runs, f"{name}/report.md"
+    first_section = next((i for i, line in enumerate(old) if line.startswith("## ")), len(old))
+    context = [line for line in old[2:first_section] if line and line != STUDY_RESTATED] + [STUDY_RESTATED]
+    kept = [(title, file) for title, file in (("coverage and entropy per environment", "curves_grid.png"),
+                                               ("LunarLanderFull: k-NN entropy over training", "knn_entropy.png"))
+            if (out / file).is_file()]
+    failed = next((line.split(": ", 1)[1].split(", ") for line in old if line.startswith("Runs that failed")), [])
+    return written + write_study(out, study, context, reports, failed, kept=kept)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sun_lightning.results.restate", description=__doc__.split("\n")[0])
-    parser.add_argument("folders", nargs="+", help="report folders (report.md and runs.csv), e.g. docs/antmaze_s")
+    parser.add_argument("folders", nargs="+", help="report folders (report.md and runs.csv), e.g. docs/antmaze_s, or "
+                        "study folders (study.md over environment folders), e.g. docs/study_dqn")
+    parser.add_argument("--add", nargs="+", default=[], metavar="FOLDER",
+                        help="report or study folders whose runs.csv rows join those of the same environment first")
     args = parser.parse_args(argv)
     for folder in args.folders:
         try:
-            written = restate(folder)
+            if (Path(folder) / "study.md").is_file():
+                written = restate_study(folder, args.add)
+            else:
+                written = restate(folder, args.add)
         except ValueError as error:  # a RestateError, or a cell that is not a number
             print(f"error: {folder}: {error}", file=sys.stderr)
             return 2

@@ -41,6 +41,8 @@ class RunRecord:
             :data:`~sun_lightning.results.curves.GOAL_CURVES`).
         goals_selected: goals drawn over the whole run (0 for a rule without goals).
         hardware: where it ran (its ``hardware`` tag, :func:`~sun_lightning.tracking.hardware`; "" if untagged).
+        aucs, last_frame: a record read back from a report's ``runs.csv`` (:mod:`~sun_lightning.results.restate`)
+            has no histories: its AUCs by metric and its last env frame, as the report wrote them.
     """
 
     name: str
@@ -51,11 +53,13 @@ class RunRecord:
     histories: dict[str, Curve] = field(default_factory=dict)
     goals_selected: float = 0.0
     hardware: str = ""
+    aucs: dict[str, float] = field(default_factory=dict)
+    last_frame: int = 0
 
     @property
     def frames(self) -> int:
         """The last env frame the run logged its curves at."""
-        return int(max((max(steps) for steps, _ in self.histories.values() if len(steps)), default=0))
+        return int(max((max(steps) for steps, _ in self.histories.values() if len(steps)), default=self.last_frame))
 
     @property
     def minutes(self) -> float | None:
@@ -84,7 +88,7 @@ class RunRecord:
     def auc(self, metric: str) -> float | None:
         """Area under ``metric``'s curve against env frames (:func:`~sun_lightning.metrics.auc.curve_auc`)."""
         steps, values = self.histories.get(metric, ((), ()))
-        return curve_auc(list(steps), list(values)) if len(steps) else None
+        return curve_auc(list(steps), list(values)) if len(steps) else self.aucs.get(metric)
 
 
 def _identity(run) -> tuple[str, int] | None:

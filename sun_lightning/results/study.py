@@ -251,7 +251,7 @@ def markdown(study: Study, summaries, relative, context: Sequence[str], reports:
 
 
 def write_study(out_dir: str | Path, study: Study, context: Sequence[str] = (), reports: dict[str, str] | None = None,
-                failed: Sequence[str] = ()) -> list[Path]:
+                failed: Sequence[str] = (), kept: Sequence[tuple[str, str]] = ()) -> list[Path]:
     """Write ``study.md``, ``study.csv``, ``curves_grid.png``, ``auc_bars.png``, ``improvement_bars.png`` and (with
     LunarLanderFull's k-NN entropy) ``knn_entropy.png`` into ``out_dir``.
 
@@ -260,6 +260,8 @@ def write_study(out_dir: str | Path, study: Study, context: Sequence[str] = (), 
         context: Markdown lines under the title.
         reports: env id → the path of its report, relative to ``out_dir`` (linked).
         failed: names of the runs that failed.
+        kept: (title, file name) of curve figures already in ``out_dir``, shown first and not drawn again (a study
+            restated from its ``runs.csv``, whose runs have no histories: :mod:`~sun_lightning.results.restate`).
 
     Returns:
         The files written.
@@ -269,8 +271,8 @@ def write_study(out_dir: str | Path, study: Study, context: Sequence[str] = (), 
     summaries = {env_id: summarize(runs) for env_id, runs in study.items()}
     methods = list(dict.fromkeys(m for runs in study.values() for m in runs))
     relative = averaged_relative(summaries, methods)
-    written, figures = [], []
-    if any(records for runs in study.values() for records in runs.values()):
+    written, figures = [], list(kept)
+    if not kept and any(records for runs in study.values() for records in runs.values()):
         written.append(save_png(curves_grid(study, "coverage and entropy per environment: mean and 95 % CI over seeds"),
                                 out / "curves_grid.png"))
         figures.append(("coverage and entropy per environment", "curves_grid.png"))
@@ -279,7 +281,7 @@ def write_study(out_dir: str | Path, study: Study, context: Sequence[str] = (), 
                                          "AUC per environment and averaged (LunarLanderFull apart), 95 % CI"),
                                 out / "auc_bars.png"))
         figures.append(("absolute AUCs with the average over environments", "auc_bars.png"))
-        if any(KNN in r.histories for env_id, runs in study.items() if env_name(env_id) == "LunarLanderFull"
+        if not kept and any(KNN in r.histories for env_id, runs in study.items() if env_name(env_id) == "LunarLanderFull"
                for records in runs.values() for r in records):
             written.append(save_png(knn_curves(study), out / "knn_entropy.png"))
             figures.append(("LunarLanderFull: k-NN entropy over training", "knn_entropy.png"))

@@ -1,4 +1,5 @@
-"""A report's tables restated from its own runs.csv: unchanged for a new report, intervals for an old one."""
+"""A report's tables restated from its own runs.csv: unchanged for a new report, intervals for an old one; other
+reports' runs added to a report and to a study, by hand."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import pytest
 
 from tests.helpers import THREE_ROOM
 from tests.unit.results.test_results import _first_table, _record
+from tests.unit.results.test_study_report import flat
 from sun_lightning.results.report import write_report
-from sun_lightning.results.restate import RESTATED, RestateError, main, restate
+from sun_lightning.results.restate import ADDED, RESTATED, STUDY_RESTATED, RestateError, main, restate
+from sun_lightning.results.runs import CPU_SHARE, MINUTES
+from sun_lightning.results.study import write_study
 
 RUNS_HEADER = "env_id,method,seed,run_name,run_id,frames,coverage,entropy,coverage_auc,entropy_auc,goal_success\n"
 #: A report as reports were written before the intervals: mean ± sample std, improvements without an interval.
@@ -53,12 +57,16 @@ def test_a_new_report_restated_from_its_runs_csv_is_unchanged(tmp_path):
         "random": [_record("random", 0, [0.1, 0.3], [0.3, 0.5], goals=0.0),
                    _record("random", 1, [0.2, 0.3], [0.4, 0.5], goals=0.0)],
     }
+    for i, record in enumerate(runs["sun"] + runs["random"]):  # the run-time table and hardware line, restated too
+        record.final.update({MINUTES: 10.0 + i, CPU_SHARE: 0.5 + i / 10})
+        record.hardware = "cpu (AMD EPYC, 2 cores)"
     write_report(tmp_path, THREE_ROOM, runs, {}, ["context", "Cells: as now."])
     before = {name: (tmp_path / name).read_text() for name in ("report.md", "summary.csv")}
     written = restate(tmp_path)
     assert [p.name for p in written] == ["report.md", "summary.csv"]
     assert {name: (tmp_path / name).read_text() for name in before} == before
     assert "[" in _first_table(before["report.md"])["SUN adaptive"][2]  # the intervals were there to keep
+    assert "| SUN adaptive | 11.0 [10.0, 12.0] (n = 3) |" in before["report.md"] and "Hardware: " in before["report.md"]
 
 
 def test_an_old_report_gets_the_intervals_by_hand_and_keeps_the_rest(tmp_path):
@@ -98,3 +106,61 @@ def test_what_cannot_be_restated_is_named(tmp_path, capsys):
         restate(tmp_path)
     assert main([str(tmp_path / "no_report")]) == 2
     assert "report.md is missing" in capsys.readouterr().err
+
+
+def test_runs_of_another_report_join_the_tables_and_are_named(tmp_path):
+    here, there = tmp_path / "here", tmp_path / "there"
+    (here).mkdir()
+    (here / "report.md").write_text(OLD_REPORT)
+    (here / "runs.csv").write_text(OLD_RUNS)
+    # the other machine ran SUN's seed 2 (both AUCs 0.8, 1 minute), AdaGoal's seed 0 (0.2, 30 minutes) and a GridMaze run
+    write_report(there, THREE_ROOM, {
+        "sun": [flat("ThreeRoom", "sun", 2, 0.8)],
+        "adagoal": [flat("ThreeRoom", "adagoal", 0, 0.2, minutes=30.0)]}, {}, ["context", "Cells: as now."])
+    (there / "runs.csv").write_text((there / "runs.csv").read_text() + (there / "runs.csv").read_text().splitlines()[
+        1].replace("ThreeRoom-v0", "GridMaze-v0").replace("ThreeRoom-sun", "GridMaze-sun") + "\n")
+    restate(here, [there])
+    rows = list(csv.DictReader(open(here / "runs.csv")))
+    assert [(r["method"], r["seed"]) for r in rows] == [("sun", "0"), ("sun", "1"), ("sun", "2"), ("random", "0"),
+                                                        ("random", "1"), ("adagoal", "0")]
+    assert rows[0]["minutes"] == "n/a" and rows[2]["minutes"] == "1" and rows[5]["minutes"] == "30"
+    text = (here / "report.md").read_text()
+    table = _first_table(text)
+    # coverage AUC of SUN: 0.4, 0.6 and 0.8 → 0.6, three seeds now; entropy 0.6, 0.8 and 0.8 → 0.733
+    assert table["SUN adaptive"][0] == "3" and table["SUN adaptive"][4].startswith("0.600 [")
+    assert table["SUN adaptive"][5].startswith("0.733 [") and table["AdaGoal"][4] == "0.200 (n = 1)"
+    # against AdaGoal's one seed (held at 0.2): (0.6 − 0.2) / 0.2 = +200 %
+    assert "coverage AUC vs AdaGoal" in text and "| SUN adaptive | +200.0 % [" in text
+    # the run time of the runs that recorded it, n counting them; the note names the added runs
+    assert "| SUN adaptive | 1.0 (n = 1) |" in text and "| AdaGoal | 30.0 (n = 1) |" in text
+    assert f"{ADDED} ThreeRoom-sun-seed2, ThreeRoom-adagoal-seed0." in text
+    assert text.index("Run time (wall clock") < text.index("![coverage")
+    restate(here, [there])  # adding the same runs again changes nothing
+    assert (here / "report.md").read_text() == text and len(list(csv.DictReader(open(here / "runs.csv")))) == 6
+    with pytest.raises(RestateError, match="holds no report's runs.csv to add"):
+        restate(here, [tmp_path / "nowhere"])
+
+
+def test_a_study_restated_with_added_runs_keeps_its_curves_and_redraws_its_tables(tmp_path):
+    study = {THREE_ROOM: {"sun": [flat("ThreeRoom", "sun", 0, 0.6)], "random": [flat("ThreeRoom", "random", 0, 0.4)]},
+             "sun_lightning/GridMaze-v0": {"sun": [flat("GridMaze", "sun", 0, 0.5)],
+                                           "random": [flat("GridMaze", "random", 0, 0.5)]}}
+    out, more = tmp_path / "study", tmp_path / "more"
+    reports = {env: f"{env.split('/')[1][:-3]}/report.md" for env in study}
+    for env, runs in study.items():
+        write_report(out / reports[env].split("/")[0], env, runs, {}, ["context", "Cells: as now."])
+    write_study(out, study, ["3 environments, context line."], reports)
+    curves = (out / "curves_grid.png").read_bytes()
+    write_report(more / "ThreeRoom", THREE_ROOM, {"sun": [flat("ThreeRoom", "sun", 1, 0.8)],
+                                                  "random": [flat("ThreeRoom", "random", 1, 0.4)]}, {}, ["c"])
+    assert main([str(out), "--add", str(more)]) == 0
+    text = (out / "study.md").read_text()
+    assert (out / "curves_grid.png").read_bytes() == curves and "![coverage and entropy per environment]" in text
+    assert text.splitlines()[2:4] == ["3 environments, context line.", STUDY_RESTATED]
+    # ThreeRoom: SUN 0.6 and 0.8 (the range, two seeds), Random 0.4 twice; GridMaze as before
+    assert "| [ThreeRoom](ThreeRoom/report.md) | SUN adaptive | 2 | 0.700 [0.600, 0.800] (n = 2) |" in text
+    assert "| [GridMaze](GridMaze/report.md) | SUN adaptive | 1 | 0.500 (n = 1) |" in text
+    # averaged over the two environments: (0.7 + 0.5) / 2 against (0.4 + 0.5) / 2, +33.3 %
+    assert "| SUN adaptive | 2 | +33.3 % [" in text
+    assert "ThreeRoom-sun-seed1" in (out / "ThreeRoom" / "report.md").read_text()
+    assert main([str(out)]) == 0 and (out / "study.md").read_text() == text  # restated again: the same
