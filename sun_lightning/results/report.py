@@ -10,6 +10,8 @@ comparison's parent MLflow run:
   at the end (:data:`SIGNALS`: episode reach, unmoved steps, action saturation, eval distance, steps to goal, reselection rate,
   Q), the diagnosis of a loss;
 - ``summary.csv`` (a row per method) and ``runs.csv`` (a row per run): the same numbers;
+- ``runs.json.gz`` and ``snapshots/``: the runs themselves, histories and shown snapshots, from which the report can be
+  drawn again without the MLflow store (:mod:`~sun_lightning.results.archive`);
 - ``curves.png``: coverage and entropy (and eval success, where evaluated) against env frames, the mean and its 95 %
   interval band over seeds;
 - ``heatmaps.png``: each method's final heatmaps (its lowest finished seed), one colour scale per column.
@@ -28,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sun_lightning.results.archive import write_archive
 from sun_lightning.results.curves import GOAL_CURVES, band_figure
 from sun_lightning.results.goal_grid import GoalGrid
 from sun_lightning.results.goal_stages import goal_stages_figure
@@ -288,8 +291,9 @@ def write_report(out_dir: str | Path, env_id: str, runs: dict[str, list[RunRecor
                  snapshots: dict[str, HeatmapSnapshot], context: Sequence[str] = (),
                  failed: Sequence[str] = (), stages: dict[str, dict[int, HeatmapSnapshot]] | None = None,
                  drawn_elsewhere: Sequence[tuple[str, str]] = ()) -> list[Path]:
-    """Write ``report.md``, ``summary.csv``, ``runs.csv``, ``curves.png``, ``heatmaps.png`` and, where the runs have
-    them, ``goal_curves.png`` and ``goal_stages.png`` into ``out_dir``.
+    """Write ``report.md``, ``summary.csv``, ``runs.csv``, ``curves.png``, ``heatmaps.png``, where the runs have
+    them ``goal_curves.png`` and ``goal_stages.png``, and the runs' archive (:mod:`~sun_lightning.results.archive`)
+    into ``out_dir``.
 
     Args:
         out_dir: the results folder (created).
@@ -341,4 +345,4 @@ def write_report(out_dir: str | Path, env_id: str, runs: dict[str, list[RunRecor
                 "hardware": r.hardware or NA}
                for records in runs.values() for r in records]
     written += [report, write_csv(out / "summary.csv", rows), write_csv(out / "runs.csv", per_run)]
-    return written
+    return written + write_archive(out, runs, stages)

@@ -15,9 +15,11 @@ rewrites, in place, what those numbers determine:
   ``study.csv``, ``auc_bars.png`` and ``improvement_bars.png`` (:func:`~sun_lightning.results.study.write_study`).
 
 ``--add`` first merges the rows of other reports (their ``runs.csv``, or a study's) into each ``runs.csv`` of the same
-environment; an added run of a name already there replaces it. The rest of a report (its curves, heatmaps, the table of
-what the runs did; a study's ``curves_grid.png``) needs the runs' histories, which ``runs.csv`` does not hold: it stays
-as it was drawn, and the report says so under the cells' definition.
+environment; an added run of a name already there replaces it. A report whose runs are all kept whole beside it
+(``runs.json.gz`` and its snapshots, :mod:`~sun_lightning.results.archive`; every report written since) is then drawn
+again entirely, figures included, and a study of such reports too. In a report with runs known only by their
+``runs.csv`` row (written before the archive), the rest (its curves, heatmaps, the table of what the runs did; a
+study's ``curves_grid.png``) stays as it was drawn, and the report says so under the cells' definition.
 
     python -m sun_lightning.results.restate docs/antmaze_s docs/point_maze_h
     python -m sun_lightning.results.restate docs/study_dqn --add other_machine/results/study-dqn
@@ -28,13 +30,16 @@ from __future__ import annotations
 import argparse
 import csv
 import re
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from sun_lightning.results.archive import SNAPSHOTS, read_archive, read_stages, snapshot_files, write_records
 from sun_lightning.results.labels import NA
 from sun_lightning.results.report import (CELLS, COVERAGE, ENTROPY, EVAL_SUCCESS, KNN, SUCCESS, relative_lines,
-                                          relative_table, summarize, summary_lines, summary_rows, write_csv)
+                                          relative_table, summarize, summary_lines, summary_rows, write_csv,
+                                          write_report)
 from sun_lightning.results.runs import CPU_SHARE, FRAMES_PER_SECOND, MINUTES, RunRecord
 from sun_lightning.results.runtime import hardware_line, report_lines as runtime_lines
 from sun_lightning.results.study import write_study
@@ -104,9 +109,12 @@ def read_records(path: Path) -> tuple[str, dict[str, list[RunRecord]]]:
 
 
 def report_runs(folder: Path) -> tuple[str, dict[str, list[RunRecord]]]:
-    """A report folder's runs (:func:`read_records`), its methods in the order of its ``summary.csv``, where one is,
-    with those that have no run there (planned, none finished) kept as empty."""
+    """A report folder's runs (:func:`read_records`; a run the folder keeps whole is its kept record, histories and
+    all), its methods in the order of its ``summary.csv``, where one is, with those that have no run there (planned,
+    none finished) kept as empty."""
     env_id, runs = read_records(folder / "runs.csv")
+    kept = read_archive(folder)
+    runs = {method: [kept.get(r.name, r) for r in records] for method, records in runs.items()}
     listed = []
     if (folder / "summary.csv").is_file():
         with open(folder / "summary.csv", newline="") as f:
@@ -121,26 +129,39 @@ def _number(cell: str | None) -> float | None:
 def merge_rows(path: Path, added: Sequence[Path]) -> list[str]:
     """Merge into ``runs.csv`` at ``path`` the rows of its environment from the reports in ``added`` (each a report
     folder or a study folder): a name already there is replaced. Methods keep their order (new ones last), each
-    method's runs by seed. Returns the names of the runs added."""
+    method's runs by seed. The runs the added reports keep whole (:mod:`~sun_lightning.results.archive`) join this
+    folder's archive, with their snapshots. Returns the names of the runs added."""
     rows = read_rows(path)
     env_id = rows[0]["env_id"]
     names = []
     merged = {row["run_name"]: row for row in rows}
+    kept = read_archive(path.parent)
     for folder in added:
         found = [Path(folder) / "runs.csv", *sorted(Path(folder).glob("*/runs.csv"))]
         if not any(p.is_file() for p in found):
             raise RestateError(f"{folder} holds no report's runs.csv to add")
         for other in (p for p in found if p.is_file()):
+            archived = read_archive(other.parent)
             for row in read_rows(other):
-                if row["env_id"] == env_id:
-                    merged[row["run_name"]] = row
-                    names.append(row["run_name"])
+                if row["env_id"] != env_id:
+                    continue
+                name = row["run_name"]
+                merged[name] = row
+                names.append(name)
+                kept.pop(name, None)
+                if name in archived:
+                    kept[name] = archived[name]
+                    for snapshot in snapshot_files(other.parent, name):
+                        (path.parent / SNAPSHOTS).mkdir(exist_ok=True)
+                        shutil.copyfile(snapshot, path.parent / SNAPSHOTS / snapshot.name)
     if not names:
         return []
     columns = list(dict.fromkeys(key for row in (rows[0], *merged.values()) for key in row))
     order = list(dict.fromkeys(row["method"] for row in (*rows, *merged.values())))
     ordered = sorted(merged.values(), key=lambda r: (order.index(r["method"]), int(r.get("seed") or 0)))
     write_csv(path, [{key: row.get(key) or NA for key in columns} for row in ordered])
+    if kept:
+        write_records(path.parent, [kept[row["run_name"]] for row in ordered if row["run_name"] in kept])
     return list(dict.fromkeys(names))
 
 
@@ -184,6 +205,8 @@ def restate(folder: str | Path, added: Sequence[str | Path] = ()) -> list[Path]:
             raise RestateError(f"{out} is not a report folder: {path.name} is missing")
     names = merge_rows(runs_csv, [Path(a) for a in added]) if added else []
     env_id, runs = report_runs(out)
+    if whole(runs):
+        return redraw(out, env_id, runs)
     summary = summarize(runs)
     relative = relative_table(summary)
     counts = {method: len(records) for method, records in runs.items()}
@@ -213,10 +236,35 @@ def restate(folder: str | Path, added: Sequence[str | Path] = ()) -> list[Path]:
     return [report, write_csv(out / "summary.csv", summary_rows(env_id, summary, relative, counts, frames))]
 
 
+def whole(runs: dict[str, list[RunRecord]]) -> bool:
+    """Whether every run is kept whole (its histories at hand), so that its report can be drawn again."""
+    records = [r for rs in runs.values() for r in rs]
+    return bool(records) and all(r.histories for r in records)
+
+
+def redraw(out: Path, env_id: str, runs: dict[str, list[RunRecord]]) -> list[Path]:
+    """Draw the report in ``out`` again from runs kept whole (:func:`~sun_lightning.results.report.write_report`):
+    the context under its title, its failed runs and the figures drawn from checkpoints (``svf.png``) are kept; the
+    heatmaps come from the snapshots the folder keeps."""
+    lines = (out / "report.md").read_text().splitlines()
+    table = next(i for i, line in enumerate(lines) if line.startswith("| method | n | frames |"))
+    context = [line for line in lines[2:table] if line and line != RESTATED
+               and not line.startswith(("Hardware:", ADDED))]
+    failed = next((line.split(": ", 1)[1].split(", ") for line in lines if line.startswith("Runs that failed")), [])
+    redrawn = {"curves.png", "heatmaps.png", "goal_curves.png", "goal_stages.png"}
+    elsewhere = [(title, file) for title, file in re.findall(r"^!\[(.*)\]\((.*)\)$", "\n".join(lines), re.M)
+                 if file not in redrawn and (out / file).is_file()]
+    stages = {method: read_stages(out, min(records, key=lambda r: r.seed).name)
+              for method, records in runs.items() if records}
+    stages = {method: saved for method, saved in stages.items() if saved}
+    snapshots = {method: saved[max(saved)] for method, saved in stages.items()}
+    return write_report(out, env_id, runs, snapshots, context, failed, stages, elsewhere)
+
+
 def restate_study(folder: str | Path, added: Sequence[str | Path] = ()) -> list[Path]:
     """Restate each environment's report of the study in ``folder`` (:func:`restate`), then its ``study.md``,
-    ``study.csv`` and bar figures from the environments' ``runs.csv``; its ``curves_grid.png`` and ``knn_entropy.png``
-    stay as drawn. The files written."""
+    ``study.csv`` and bar figures from the environments' runs; its ``curves_grid.png`` and ``knn_entropy.png`` stay as
+    drawn unless every run is kept whole. The files written."""
     out = Path(folder)
     old = (out / "study.md").read_text().splitlines()
     linked = list(dict.fromkeys(re.findall(r"\]\(([^)/]+)/report\.md\)", "\n".join(old))))
@@ -230,10 +278,11 @@ def restate_study(folder: str | Path, added: Sequence[str | Path] = ()) -> list[
         env_id, runs = report_runs(out / name)
         study[env_id], reports[env_id] = runs, f"{name}/report.md"
     first_section = next((i for i, line in enumerate(old) if line.startswith("## ")), len(old))
-    context = [line for line in old[2:first_section] if line and line != STUDY_RESTATED] + [STUDY_RESTATED]
-    kept = [(title, file) for title, file in (("coverage and entropy per environment", "curves_grid.png"),
-                                               ("LunarLanderFull: k-NN entropy over training", "knn_entropy.png"))
-            if (out / file).is_file()]
+    kept = [] if all(whole(runs) for runs in study.values()) else [
+        (title, file) for title, file in (("coverage and entropy per environment", "curves_grid.png"),
+                                          ("LunarLanderFull: k-NN entropy over training", "knn_entropy.png"))
+        if (out / file).is_file()]
+    context = [line for line in old[2:first_section] if line and line != STUDY_RESTATED] + [STUDY_RESTATED] * bool(kept)
     failed = next((line.split(": ", 1)[1].split(", ") for line in old if line.startswith("Runs that failed")), [])
     return written + write_study(out, study, context, reports, failed, kept=kept)
 

@@ -90,7 +90,8 @@ def report(client: mlflow.MlflowClient, args: argparse.Namespace, specs: list[Ru
                        if records and m in binned}
         drawn, titles = checkpoint_figures(env_out, env_id, finals, true_counts)
         for path in drawn + write_report(env_out, env_id, runs, snapshots, context, env_failed, stages, titles):
-            client.log_artifact(parent, str(path), env_name(env_id) if several else None)
+            folder = path.parent.relative_to(out).as_posix()  # the report's own layout (snapshots/ in its folder)
+            client.log_artifact(parent, str(path), None if folder == "." else folder)
         reports[env_id] = f"{env_name(env_id)}/report.md"
     if several:
         context = [f"{len(study)} environments, MLflow experiment `{args.experiment}` (parent run `{parent}`), "

@@ -105,9 +105,11 @@ def test_a_failing_run_fails_the_comparison_by_name(tmp_path, monkeypatch, capsy
     child = finished_runs(client, "cmp")["ThreeRoom-random-seed0"]
     parent = client.get_run(client.get_run(child.run_id).data.tags["mlflow.parentRunId"])
     assert parent.info.run_name == "ThreeRoom-comparison" and parent.data.tags["kind"] == "comparison"
-    # no svf.png: the finished run is Random's, whose rule selects no goals
+    # no svf.png: the finished run is Random's, whose rule selects no goals; its record and snapshots kept beside
     assert {a.path for a in client.list_artifacts(parent.info.run_id)} == {
-        "report.md", "summary.csv", "runs.csv", "curves.png", "heatmaps.png"}
+        "report.md", "summary.csv", "runs.csv", "curves.png", "heatmaps.png", "runs.json.gz", "snapshots"}
+    assert {a.path for a in client.list_artifacts(parent.info.run_id, "snapshots")} == {
+        f"snapshots/ThreeRoom-random-seed0_{p:03d}.npz" for p in (25, 50, 75, 100)}
 
 
 def test_bad_arguments_fail_fast(tmp_path):

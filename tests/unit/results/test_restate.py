@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import csv
 
+import numpy as np
 import pytest
 
 from tests.helpers import THREE_ROOM
 from tests.unit.results.test_results import _first_table, _record
-from tests.unit.results.test_study_report import flat
+from tests.unit.results.test_study_report import COV, ENT, flat
+from sun_lightning.results.archive import read_archive, read_stages
 from sun_lightning.results.report import write_report
+from sun_lightning.results.snapshot import HeatmapSnapshot
 from sun_lightning.results.restate import ADDED, RESTATED, STUDY_RESTATED, RestateError, main, restate
 from sun_lightning.results.runs import CPU_SHARE, MINUTES
 from sun_lightning.results.study import write_study
@@ -61,7 +64,13 @@ def test_a_new_report_restated_from_its_runs_csv_is_unchanged(tmp_path):
         record.final.update({MINUTES: 10.0 + i, CPU_SHARE: 0.5 + i / 10})
         record.hardware = "cpu (AMD EPYC, 2 cores)"
     write_report(tmp_path, THREE_ROOM, runs, {}, ["context", "Cells: as now."])
-    before = {name: (tmp_path / name).read_text() for name in ("report.md", "summary.csv")}
+    before = {name: (tmp_path / name).read_text() for name in ("report.md", "summary.csv", "runs.csv")}
+    # its runs are kept whole beside it: the report is drawn again, figures and all, and reads the same
+    written = restate(tmp_path)
+    assert {p.name for p in written} == {"report.md", "summary.csv", "runs.csv", "curves.png", "runs.json.gz"}
+    assert {name: (tmp_path / name).read_text() for name in before} == before
+    # from runs.csv alone (a report written before the archive): its tables, the same
+    (tmp_path / "runs.json.gz").unlink()
     written = restate(tmp_path)
     assert [p.name for p in written] == ["report.md", "summary.csv"]
     assert {name: (tmp_path / name).read_text() for name in before} == before
@@ -141,26 +150,72 @@ def test_runs_of_another_report_join_the_tables_and_are_named(tmp_path):
         restate(here, [tmp_path / "nowhere"])
 
 
-def test_a_study_restated_with_added_runs_keeps_its_curves_and_redraws_its_tables(tmp_path):
+def _restated_study(tmp_path, whole: bool):
+    """A study of ThreeRoom and GridMaze (SUN and Random, seed 0), ThreeRoom's seed 1 in another report added to it:
+    ``whole``, as reports are written now, their runs kept beside them, else as reports written before the archive.
+    Returns the study's folder, its curves_grid.png before, its study.md and ThreeRoom's report.md after."""
+    out, more = tmp_path / "study", tmp_path / "more"
     study = {THREE_ROOM: {"sun": [flat("ThreeRoom", "sun", 0, 0.6)], "random": [flat("ThreeRoom", "random", 0, 0.4)]},
              "sun_lightning/GridMaze-v0": {"sun": [flat("GridMaze", "sun", 0, 0.5)],
                                            "random": [flat("GridMaze", "random", 0, 0.5)]}}
-    out, more = tmp_path / "study", tmp_path / "more"
     reports = {env: f"{env.split('/')[1][:-3]}/report.md" for env in study}
     for env, runs in study.items():
         write_report(out / reports[env].split("/")[0], env, runs, {}, ["context", "Cells: as now."])
     write_study(out, study, ["3 environments, context line."], reports)
-    curves = (out / "curves_grid.png").read_bytes()
     write_report(more / "ThreeRoom", THREE_ROOM, {"sun": [flat("ThreeRoom", "sun", 1, 0.8)],
                                                   "random": [flat("ThreeRoom", "random", 1, 0.4)]}, {}, ["c"])
+    if not whole:
+        for kept in [*out.glob("*/runs.json.gz"), *more.glob("*/runs.json.gz")]:
+            kept.unlink()
+    curves = (out / "curves_grid.png").read_bytes()
     assert main([str(out), "--add", str(more)]) == 0
     text = (out / "study.md").read_text()
-    assert (out / "curves_grid.png").read_bytes() == curves and "![coverage and entropy per environment]" in text
-    assert text.splitlines()[2:4] == ["3 environments, context line.", STUDY_RESTATED]
     # ThreeRoom: SUN 0.6 and 0.8 (the range, two seeds), Random 0.4 twice; GridMaze as before
     assert "| [ThreeRoom](ThreeRoom/report.md) | SUN adaptive | 2 | 0.700 [0.600, 0.800] (n = 2) |" in text
     assert "| [GridMaze](GridMaze/report.md) | SUN adaptive | 1 | 0.500 (n = 1) |" in text
     # averaged over the two environments: (0.7 + 0.5) / 2 against (0.4 + 0.5) / 2, +33.3 %
     assert "| SUN adaptive | 2 | +33.3 % [" in text
-    assert "ThreeRoom-sun-seed1" in (out / "ThreeRoom" / "report.md").read_text()
+    return out, curves, text, (out / "ThreeRoom" / "report.md").read_text()
+
+
+def test_a_study_of_earlier_reports_restated_with_added_runs_keeps_its_curves_and_redraws_its_tables(tmp_path):
+    out, curves, text, report = _restated_study(tmp_path, whole=False)
+    assert (out / "curves_grid.png").read_bytes() == curves and "![coverage and entropy per environment]" in text
+    assert text.splitlines()[2:4] == ["3 environments, context line.", STUDY_RESTATED]
+    assert f"{ADDED} ThreeRoom-sun-seed1, ThreeRoom-random-seed1." in report
     assert main([str(out)]) == 0 and (out / "study.md").read_text() == text  # restated again: the same
+
+
+def test_a_study_of_whole_runs_is_drawn_again_with_the_added_runs(tmp_path):
+    out, curves, text, report = _restated_study(tmp_path, whole=True)
+    assert (out / "curves_grid.png").read_bytes() != curves and STUDY_RESTATED not in text
+    assert ADDED not in report and report.splitlines()[2:4] == ["context", "Cells: as now."]
+    kept = read_archive(out / "ThreeRoom")  # the added runs joined the archive, histories and all
+    assert sorted(kept) == ["ThreeRoom-random-seed0", "ThreeRoom-random-seed1", "ThreeRoom-sun-seed0",
+                            "ThreeRoom-sun-seed1"]
+    assert kept["ThreeRoom-sun-seed1"].histories[COV] == ([1000, 2000], [0.8, 0.8])
+
+
+def test_a_reports_runs_and_snapshots_are_kept_and_read_back(tmp_path):
+    record = flat("ThreeRoom", "sun", 3, 0.7, minutes=12.5)
+    record.final[CPU_SHARE] = float("nan")  # resumed from before the clock
+    record.hardware = "cpu (AMD EPYC, 2 cores)"
+    image = np.zeros((9, 8))
+    image[1, 1] = 1.0
+    stages = {p: HeatmapSnapshot(THREE_ROOM, 20 * p, p, image * 5, image * p, image) for p in (25, 50, 75, 100)}
+    written = write_report(tmp_path, THREE_ROOM, {"sun": [record]}, {"sun": stages[100]}, ["context"],
+                           stages={"sun": stages})
+    assert {p.name for p in written} >= {"runs.json.gz", "ThreeRoom-sun-seed3_025.npz", "ThreeRoom-sun-seed3_100.npz"}
+    (back,) = read_archive(tmp_path).values()
+    assert (back.name, back.run_id, back.method, back.seed, back.goals_selected, back.hardware) == (
+        record.name, record.run_id, "sun", 3, 10.0, "cpu (AMD EPYC, 2 cores)")
+    assert back.histories == {COV: ([1000, 2000], [0.7, 0.7]), ENT: ([1000, 2000], [0.7, 0.7])}
+    assert back.final[MINUTES] == 12.5 and np.isnan(back.final[CPU_SHARE])
+    saved = read_stages(tmp_path, record.name)
+    assert sorted(saved) == [25, 50, 75, 100] and saved[50].selected[1, 1] == 50 and saved[75].frames == 1500
+    # drawn again from what it keeps: the heatmaps and goal stages too
+    heatmaps = (tmp_path / "heatmaps.png").stat().st_size
+    (tmp_path / "heatmaps.png").unlink()
+    (tmp_path / "goal_stages.png").unlink()
+    restate(tmp_path)
+    assert (tmp_path / "heatmaps.png").stat().st_size == heatmaps and (tmp_path / "goal_stages.png").is_file()

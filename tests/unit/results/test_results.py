@@ -99,7 +99,8 @@ def test_report_gives_mean_interval_n_and_relative_improvements_by_hand(tmp_path
 
     snapshot = HeatmapSnapshot(THREE_ROOM, 2000, 100, np.ones((9, 8)), np.zeros((9, 8)), np.zeros((9, 8)))
     written = write_report(tmp_path, THREE_ROOM, runs, {"sun": snapshot, "random": snapshot}, ["context"])
-    assert {p.name for p in written} == {"curves.png", "heatmaps.png", "report.md", "summary.csv", "runs.csv"}
+    assert {p.name for p in written} == {"curves.png", "heatmaps.png", "report.md", "summary.csv", "runs.csv",
+                                         "runs.json.gz"}
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written if p.suffix == ".png")
     rows = _first_table((tmp_path / "report.md").read_text())
     assert rows["SUN adaptive"][:6] == ["2", "2000", "0.700 [0.600, 0.800] (n = 2)", "0.800 [0.700, 0.900] (n = 2)",
