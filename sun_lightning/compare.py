@@ -24,7 +24,9 @@ environments, a grid of curves, a bar chart). ``--launcher ray`` runs each run a
 Ray task (:mod:`sun_lightning.study.ray_launcher`). docs/study.md has the whole story.
 
 ``--status`` lists each run (finished, running, unfinished, to run) with the minutes the unfinished ones need
-(:mod:`sun_lightning.study.status`), and runs nothing.
+(:mod:`sun_lightning.study.status`), and runs nothing. ``--reuse`` takes the runs recorded in earlier reports
+(another machine's, or a lost store's: :mod:`sun_lightning.results.recorded`) for finished: they are not run again
+(the same config and seed give the same numbers) and the report holds them.
 
 The exit status is 1 when a run failed or did not finish, and the failed runs are named. Ctrl-C (or SIGTERM)
 stops the running runs, each with a checkpoint, and exits 130; the same command resumes them.
@@ -81,6 +83,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="MLflow store of the study and its runs (default: ./mlruns; a server URI on a cluster)")
     parser.add_argument("--results-dir", default=None, help="where the report goes (default: results/<experiment>)")
     parser.add_argument("--report-only", action="store_true", help="report the finished runs, run nothing")
+    parser.add_argument("--reuse", nargs="+", default=[], metavar="FOLDER",
+                        help="report folders (runs.csv), or studies of them, whose runs count as finished: not run "
+                             "again, and reported with the rest (e.g. docs/study_dqn)")
     parser.add_argument("--status", action="store_true",
                         help="list each run (finished, running, unfinished, to run) and the time the rest needs; run and "
                              "report nothing")
@@ -90,6 +95,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     for config in args.configs:
         if not Path(config).is_file():
             parser.error(f"config file not found: {config}")
+    for folder in args.reuse:
+        if not Path(folder).is_dir():
+            parser.error(f"--reuse: no such folder: {folder}")
     if not args.budget_scale > 0:
         parser.error(f"--budget-scale must be positive, got {args.budget_scale}")
     if args.jobs is not None and args.jobs < 1:
@@ -126,6 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     import mlflow
 
     from sun_lightning.study.report import console_study, console_table, gather, report
+    from sun_lightning.results.recorded import recorded_runs
     from sun_lightning.results.runs import finished_runs
     from sun_lightning.study.local import StudyInterrupted, run_local
     from sun_lightning.study.ray_launcher import run_ray
@@ -148,10 +157,19 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     client = mlflow.MlflowClient(uri)
+    try:
+        recorded = recorded_runs(args.reuse) if args.reuse else {}
+    except ValueError as error:  # a folder without a report, or a runs.csv that is not a report's
+        print(f"error: --reuse: {error}", file=sys.stderr)
+        sys.exit(2)
+    names = {spec.name for spec in args.specs}
+    reused = {name: run for name, run in recorded.items() if name in names}
     if args.status:
         from sun_lightning.study.status import status_table, study_status
 
-        states = study_status(client, args.experiment, args.specs, Path.cwd(), args.budget_scale, extra)
+        # every recorded run, in the study or not, informs the estimates
+        states = study_status(client, args.experiment, args.specs, Path.cwd(), args.budget_scale, extra,
+                              {name: run.record for name, run in recorded.items()})
         print(f"experiment {args.experiment!r}, {uri}")
         print(status_table(states, args.jobs or 1))
         return
@@ -166,7 +184,9 @@ def main(argv: list[str] | None = None) -> None:
     failed = []
     if not args.report_only:
         done = finished_runs(client, args.experiment)
-        todo = [spec for spec in args.specs if spec.name not in done]
+        todo = [spec for spec in args.specs if spec.name not in done and spec.name not in reused]
+        if reused:
+            print(f"{len(reused)} run(s) recorded in {', '.join(args.reuse)}: not run again")
         experiment_id = client.get_experiment_by_name(args.experiment).experiment_id
 
         def nest(name: str) -> None:
@@ -198,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"interrupted: {stop}; each saved a checkpoint, and the same command resumes the study",
                       file=sys.stderr)
                 sys.exit(130)
-    study = report(client, args, args.specs, parent, [f.split(" ", 1)[0] for f in failed])
+    study = report(client, args, args.specs, parent, [f.split(" ", 1)[0] for f in failed], reused)
     for config, env_id in dict.fromkeys((s.config, s.env_id) for s in args.specs):
         print(f"\n{config}, experiment {args.experiment!r}: final values and AUCs (mean [95 % interval] (n) over seeds)")
         print(console_table(study[env_id]))
@@ -206,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"\nrelative AUC improvement averaged over {len(study)} environments")
         print(console_study(study))
     if not args.report_only:
-        _, missing = gather(client, args.experiment, args.specs)
+        _, missing = gather(client, args.experiment, args.specs, reused)
         unexplained = [name for name in missing if not any(f.startswith(name + " ") for f in failed)]
         problems = failed + [f"{name} (exited 0 but its MLflow run did not finish)" for name in unexplained]
         if problems:

@@ -4,8 +4,8 @@ statistics (SPEC §7) for reports whose MLflow stores are gone.
 A comparison report (:mod:`~sun_lightning.results.report`) keeps every run's final numbers in ``runs.csv``. Reports
 written before the 95 % intervals gave mean ± sample std; their runs' stores did not travel with them, so they cannot be
 written again from MLflow. A study that ran on several machines, or whose store was lost with its machine, has its runs
-in several reports' ``runs.csv``. This command reads ``runs.csv`` back (a row per run: :func:`record_from_row`) and
-rewrites, in place, what those numbers determine:
+in several reports' ``runs.csv``. This command reads ``runs.csv`` back (a row per run,
+:mod:`~sun_lightning.results.recorded`) and rewrites, in place, what those numbers determine:
 
 - ``report.md``'s summary table (mean, [95 % bootstrap interval], n), its relative AUC improvement table (with its
   interval), its hardware line and run-time table, through the same functions a new report uses, so that a report
@@ -28,7 +28,6 @@ study's ``curves_grid.png``) stays as it was drawn, and the report says so under
 from __future__ import annotations
 
 import argparse
-import csv
 import re
 import shutil
 import sys
@@ -37,20 +36,13 @@ from pathlib import Path
 
 from sun_lightning.results.archive import SNAPSHOTS, read_archive, read_stages, snapshot_files, write_records
 from sun_lightning.results.labels import NA
-from sun_lightning.results.report import (CELLS, COVERAGE, ENTROPY, EVAL_SUCCESS, KNN, SUCCESS, relative_lines,
-                                          relative_table, summarize, summary_lines, summary_rows, write_csv,
-                                          write_report)
-from sun_lightning.results.runs import CPU_SHARE, FRAMES_PER_SECOND, MINUTES, RunRecord
+from sun_lightning.results.recorded import ReportError, read_rows, report_runs
+from sun_lightning.results.report import (CELLS, relative_lines, relative_table, summarize, summary_lines, summary_rows,
+                                          write_csv, write_report)
+from sun_lightning.results.runs import RunRecord
 from sun_lightning.results.runtime import hardware_line, report_lines as runtime_lines
 from sun_lightning.results.study import write_study
-from sun_lightning.tracking.naming import env_name
 
-#: ``runs.csv`` columns of a run's final values → the metric they are the last value of.
-FINAL = {"coverage": COVERAGE, "entropy": ENTROPY, "knn_entropy": KNN, "goal_success": SUCCESS,
-         "eval_success": EVAL_SUCCESS, "minutes": MINUTES, "frames_per_second": FRAMES_PER_SECOND,
-         "cpu_share": CPU_SHARE}
-#: ``runs.csv`` columns of a run's AUCs → the metric whose curve they are the area under.
-AUCS = {"coverage_auc": COVERAGE, "entropy_auc": ENTROPY}
 #: The cells' definition of a report written before the intervals.
 OLD_CELLS = "Cells: mean ± sample std"
 RESTATED = ("Restated from this folder's `runs.csv` (`python -m sun_lightning.results.restate`): the summary and "
@@ -65,65 +57,8 @@ ADDED = ("Runs added from other reports' `runs.csv` (`python -m sun_lightning.re
 STUDY_RESTATED = ("Restated from each environment's `runs.csv` (`python -m sun_lightning.results.restate`): the tables "
                   "and the bar figures hold every run listed there; the curves were drawn before, from the runs then "
                   "in the MLflow store.")
-
-
-class RestateError(ValueError):
-    """A folder that is not a report this command can restate."""
-
-
-def read_rows(path: Path) -> list[dict[str, str]]:
-    """A report's ``runs.csv``, a dict per run (checked to be one)."""
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
-        raise RestateError(f"{path} has no runs")
-    missing = {"env_id", "method", "frames", "coverage", "entropy"} - set(rows[0])
-    if missing:
-        raise RestateError(f"{path} is not a report's runs.csv: no column {', '.join(sorted(missing))}")
-    return rows
-
-
-def record_from_row(row: dict[str, str]) -> RunRecord:
-    """A run as :func:`~sun_lightning.results.report.write_report` wrote it into ``runs.csv``: its final values, AUCs,
-    last env frame and hardware, no histories. A run with a goal success drew goals (``goals_selected`` 1)."""
-    final = {metric: value for column, metric in FINAL.items() if (value := _number(row.get(column))) is not None}
-    aucs = {metric: value for column, metric in AUCS.items() if (value := _number(row.get(column))) is not None}
-    seed = row.get("seed", "")
-    return RunRecord(row.get("run_name") or f"{env_name(row['env_id'])}-{row['method']}-seed{seed}",
-                     row.get("run_id", ""), row["method"], int(seed) if seed.lstrip("-").isdigit() else 0, final,
-                     goals_selected=1.0 if SUCCESS in final else 0.0,
-                     hardware="" if row.get("hardware") in (None, "", NA) else row["hardware"], aucs=aucs,
-                     last_frame=int(float(row["frames"])))
-
-
-def read_records(path: Path) -> tuple[str, dict[str, list[RunRecord]]]:
-    """``runs.csv`` → (env id, method → its runs in file order)."""
-    rows = read_rows(path)
-    envs = {row["env_id"] for row in rows}
-    if len(envs) > 1:
-        raise RestateError(f"{path} holds runs of several environments ({', '.join(sorted(envs))}): one report each")
-    runs: dict[str, list[RunRecord]] = {}
-    for row in rows:
-        runs.setdefault(row["method"], []).append(record_from_row(row))
-    return envs.pop(), runs
-
-
-def report_runs(folder: Path) -> tuple[str, dict[str, list[RunRecord]]]:
-    """A report folder's runs (:func:`read_records`; a run the folder keeps whole is its kept record, histories and
-    all), its methods in the order of its ``summary.csv``, where one is, with those that have no run there (planned,
-    none finished) kept as empty."""
-    env_id, runs = read_records(folder / "runs.csv")
-    kept = read_archive(folder)
-    runs = {method: [kept.get(r.name, r) for r in records] for method, records in runs.items()}
-    listed = []
-    if (folder / "summary.csv").is_file():
-        with open(folder / "summary.csv", newline="") as f:
-            listed = [row["method"] for row in csv.DictReader(f) if row.get("method")]
-    return env_id, {method: runs.get(method, []) for method in dict.fromkeys([*listed, *runs])}
-
-
-def _number(cell: str | None) -> float | None:
-    return None if cell in (None, "", NA) else float(cell)
+#: The errors this command reports (a folder that is not a report, a runs.csv that is not a report's).
+RestateError = ReportError
 
 
 def merge_rows(path: Path, added: Sequence[Path]) -> list[str]:

@@ -11,8 +11,10 @@ import mlflow
 
 from sun_lightning.checkpoints.integrity import LAST
 from sun_lightning.metrics.straight_line import straight_line_context
+from sun_lightning.results.archive import read_stages
 from sun_lightning.results.checkpoint_figures import checkpoint_figures
 from sun_lightning.results.report import CELLS, fmt, fmt_percent, label, summarize, write_report
+from sun_lightning.results.recorded import Recorded
 from sun_lightning.results.runs import RunRecord, finished_runs, load_snapshots
 from sun_lightning.results.study import averaged_relative, write_study
 from sun_lightning.study.plan import RunSpec, checkpoint_dir
@@ -22,15 +24,17 @@ from sun_lightning.tracking.store import PARENT_TAG
 Study = dict[str, dict[str, list[RunRecord]]]
 
 
-def gather(client: mlflow.MlflowClient, experiment: str, specs: list[RunSpec]) -> tuple[Study, list[str]]:
-    """env id → method → its finished runs (by seed), and the names of the planned runs that have not finished."""
+def gather(client: mlflow.MlflowClient, experiment: str, specs: list[RunSpec],
+           reused: dict[str, Recorded] | None = None) -> tuple[Study, list[str]]:
+    """env id → method → its finished runs (by seed), and the names of the planned runs that have not finished.
+    A run the store lacks is taken from ``reused`` (runs earlier reports recorded, ``--reuse``) where it is there."""
     done = finished_runs(client, experiment)
     study: Study = {}
     missing = []
     for spec in sorted(specs, key=lambda s: s.seed):
         records = study.setdefault(spec.env_id, {}).setdefault(spec.method, [])
-        if spec.name in done:
-            record = done[spec.name]
+        record = done.get(spec.name) or (reused[spec.name].record if reused and spec.name in reused else None)
+        if record is not None:
             record.method = spec.method  # a grid variant is tagged with its base method's name
             records.append(record)
         else:
@@ -58,11 +62,19 @@ def true_count_methods(specs: list[RunSpec]) -> set[str]:
 
 
 def report(client: mlflow.MlflowClient, args: argparse.Namespace, specs: list[RunSpec], parent: str,
-           failed: list[str]) -> Study:
-    """Write the reports into the results folder and onto the parent run, nesting the runs under it."""
-    study, _ = gather(client, args.experiment, specs)
+           failed: list[str], reused: dict[str, Recorded] | None = None) -> Study:
+    """Write the reports into the results folder and onto the parent run, nesting the runs of the store under it
+    (those of ``reused`` reports are in the tables, not the store)."""
+    reused = reused or {}
+    study, _ = gather(client, args.experiment, specs, reused)
+
+    def recorded(record: RunRecord) -> Recorded | None:
+        found = reused.get(record.name)
+        return found if found is not None and found.record is record else None
+
     for record in (r for runs in study.values() for records in runs.values() for r in records):
-        client.set_tag(record.run_id, PARENT_TAG, parent)
+        if recorded(record) is None:
+            client.set_tag(record.run_id, PARENT_TAG, parent)
     out = Path(args.results_dir or Path("results") / args.experiment)
     several = len(study) > 1
     seeds = ", ".join(map(str, args.seeds))
@@ -73,12 +85,16 @@ def report(client: mlflow.MlflowClient, args: argparse.Namespace, specs: list[Ru
         runs = study[env_id]
         snapshots, stages = {}, {}
         for method, records in runs.items():
-            saved = load_snapshots(client, records[0].run_id) if records else {}
+            found = recorded(records[0]) if records else None
+            saved = ({} if not records else load_snapshots(client, records[0].run_id) if found is None
+                     else read_stages(found.folder, found.record.name))
             if saved:  # the lowest seed's: its last for the heatmaps, all four for the goal-statistics grid
                 snapshots[method], stages[method] = saved[max(saved)], saved
         frames = sorted({r.frames for records in runs.values() for r in records})
+        taken = [r.name for records in runs.values() for r in records if recorded(r) is not None]
         context = [f"`{env_id}`, config `{config}`, MLflow experiment `{args.experiment}` (parent run `{parent}`), "
-                   f"seeds {seeds}, {' / '.join(map(str, frames)) or 'no'} env frames per run.",
+                   f"seeds {seeds}, {' / '.join(map(str, frames)) or 'no'} env frames per run."
+                   + (f" Runs as recorded in {', '.join(args.reuse)} (`--reuse`): {', '.join(taken)}." if taken else ""),
                    CELLS, *straight_line_context(env_id)]
         env_out = out / env_name(env_id) if several else out
         env_failed = [f for f in failed if f.startswith(env_name(env_id) + "-")]

@@ -4,7 +4,8 @@
 nothing. A study of the paper's DQN half takes days of two cores; this is what says how far it got and how long the
 rest will take, before a session decides what to start.
 
-- **finished**: the experiment has its finished ``fit`` run; its wall-clock minutes (``perf/run/minutes``).
+- **finished**: the experiment has its finished ``fit`` run, or a report of ``--reuse`` recorded it; its wall-clock
+  minutes (``perf/run/minutes``).
 - **running**: a live process holds its checkpoint folder (:func:`~sun_lightning.checkpoints.run_folders.holder`);
   the env frames its MLflow run logged last, of the run's budget.
 - **unfinished**: no process holds it and it has a checkpoint to resume from; the env frames its MLflow run logged
@@ -81,9 +82,11 @@ def logged_frames(client: mlflow.MlflowClient, experiment_id: str, name: str) ->
 
 
 def study_status(client: mlflow.MlflowClient, experiment: str, specs: list[RunSpec], root: Path = Path("."),
-                 scale: float = 1.0, extra: tuple[str, ...] = ()) -> list[RunState]:
-    """Each run of ``specs`` and where it stands in ``experiment`` and under ``root`` (the study's folder)."""
-    done: dict[str, RunRecord] = finished_runs(client, experiment)
+                 scale: float = 1.0, extra: tuple[str, ...] = (),
+                 reused: dict[str, RunRecord] | None = None) -> list[RunState]:
+    """Each run of ``specs`` and where it stands in ``experiment`` and under ``root`` (the study's folder); a run
+    of ``reused`` (recorded by earlier reports, ``--reuse``) the store lacks is finished as they recorded it."""
+    done: dict[str, RunRecord] = {**(reused or {}), **finished_runs(client, experiment)}
     found = client.get_experiment_by_name(experiment)
     minutes: dict[tuple[str, str], list[float]] = {}  # (environment, method) → minutes, over the whole experiment
     for record in done.values():

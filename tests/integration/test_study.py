@@ -243,3 +243,44 @@ def test_a_killed_ray_worker_resumes_its_run_from_the_checkpoint(ray_cluster, tm
                               f"attributes.run_name = '{name}'")
     assert [run.info.status for run in runs] == ["FINISHED"]  # one MLflow run, continued by the retry
     assert finished_runs(client, "kill")[name].frames == 2400
+
+
+def test_runs_recorded_by_an_earlier_report_are_reused_not_run(tmp_path, monkeypatch, capsys):
+    """A study whose first runs' store is gone (another machine's): --reuse takes the runs its report recorded for
+    finished, runs only the rest, and reports them all; --status counts them finished."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mlruns").mkdir()
+    client = mlflow.MlflowClient(local_store_uri())
+    first = client.create_experiment("first")
+    for (env, method, seed), (coverage, entropy) in FINALS.items():
+        if env == "ThreeRoom":
+            _log_run(client, first, f"{env}-{method}-seed{seed}", method, seed, coverage, entropy)
+    compare.main(["--config", THREE_ROOM, "--methods", "sun", "random", "--seeds", "0", "1", "--experiment", "first",
+                  "--report-only", "--results-dir", "earlier"])
+    later = client.create_experiment("later")
+    launched = []
+
+    def fake_local(specs, experiment_name, uri, extra, log_dir, jobs, threads, on_finished, gpus=None):
+        for spec in specs:  # seed 2 runs as seed 0 did
+            launched.append(spec.name)
+            _log_run(client, later, spec.name, spec.method, spec.seed, *FINALS[("ThreeRoom", spec.method, 0)])
+            on_finished(spec.name)
+        return []
+
+    monkeypatch.setattr(local, "run_local", fake_local)
+    args = ["--config", THREE_ROOM, "--methods", "sun", "random", "--seeds", "0", "1", "2", "--experiment", "later",
+            "--reuse", "earlier"]
+    compare.main(args + ["--status"])
+    assert "6 runs: 4 finished, 0 running, 0 unfinished, 2 to run" in capsys.readouterr().out
+    compare.main(args)
+    assert launched == ["ThreeRoom-sun-seed2", "ThreeRoom-random-seed2"]
+    report = (tmp_path / "results/later/report.md").read_text()
+    # SUN's coverage AUC 0.75 · (0.8, 0.6, 0.8): 0.55 over three seeds, two of them as the earlier report recorded
+    sun = next(line for line in report.splitlines() if line.startswith("| SUN adaptive | "))
+    assert sun.startswith("| SUN adaptive | 3 | 1000 | ") and "| 0.550 [0.450, 0.600] (n = 3) |" in sun
+    assert "Runs as recorded in earlier (`--reuse`): ThreeRoom-sun-seed0, ThreeRoom-sun-seed1" in report
+    rows = list(csv.DictReader(open(tmp_path / "results/later/runs.csv")))
+    assert [r["run_name"] for r in rows if r["method"] == "sun"] == [f"ThreeRoom-sun-seed{k}" for k in (0, 1, 2)]
+    with pytest.raises(SystemExit) as exited:
+        compare.main(args[:-1] + ["nowhere"])
+    assert exited.value.code == 2 and "--reuse: no such folder: nowhere" in capsys.readouterr().err
