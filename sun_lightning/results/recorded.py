@@ -29,11 +29,13 @@ class ReportError(ValueError):
     """A folder that is not a report, or a ``runs.csv`` that is not a report's."""
 
 
-def read_rows(path: Path) -> list[dict[str, str]]:
-    """A report's ``runs.csv``, a dict per run (checked to be one)."""
+def read_rows(path: Path, empty: bool = False) -> list[dict[str, str]]:
+    """A report's ``runs.csv``, a dict per run (checked to be one; ``empty``: a report of no finished run is)."""
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     if not rows:
+        if empty:
+            return []
         raise ReportError(f"{path} has no runs")
     missing = {"env_id", "method", "frames", "coverage", "entropy"} - set(rows[0])
     if missing:
@@ -105,6 +107,8 @@ def recorded_runs(folders: list[str | Path]) -> dict[str, Recorded]:
         if not reports:
             raise ReportError(f"{folder} holds no report (a runs.csv, or folders of them)")
         for report in reports:
+            if not read_rows(report / "runs.csv", empty=True):
+                continue  # a report of runs none of which finished
             for records in report_runs(report)[1].values():
                 out.update({r.name: Recorded(r, report) for r in records})
     return out

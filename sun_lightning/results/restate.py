@@ -77,7 +77,7 @@ def merge_rows(path: Path, added: Sequence[Path]) -> list[str]:
             raise RestateError(f"{folder} holds no report's runs.csv to add")
         for other in (p for p in found if p.is_file()):
             archived = read_archive(other.parent)
-            for row in read_rows(other):
+            for row in read_rows(other, empty=True):
                 if row["env_id"] != env_id:
                     continue
                 name = row["run_name"]

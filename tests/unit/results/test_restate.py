@@ -144,7 +144,9 @@ def test_runs_of_another_report_join_the_tables_and_are_named(tmp_path):
     assert "| SUN adaptive | 1.0 (n = 1) |" in text and "| AdaGoal | 30.0 (n = 1) |" in text
     assert f"{ADDED} ThreeRoom-sun-seed2, ThreeRoom-adagoal-seed0." in text
     assert text.index("Run time (wall clock") < text.index("![coverage")
-    restate(here, [there])  # adding the same runs again changes nothing
+    (tmp_path / "none").mkdir()  # a report whose runs none finished adds nothing
+    (tmp_path / "none" / "runs.csv").write_text(RUNS_HEADER)
+    restate(here, [there, tmp_path / "none"])  # adding the same runs again changes nothing
     assert (here / "report.md").read_text() == text and len(list(csv.DictReader(open(here / "runs.csv")))) == 6
     with pytest.raises(RestateError, match="holds no report's runs.csv to add"):
         restate(here, [tmp_path / "nowhere"])
