@@ -20,7 +20,7 @@ from sun_lightning.tracking.logger import SUNMLFlowLogger
 from sun_lightning.results.curves import CURVES, run_curves_figure
 from sun_lightning.results.goal_grid import GoalGrid
 from sun_lightning.results.heatmaps import save_png, snapshot_figure
-from sun_lightning.results.runs import HEATMAP_DIR
+from sun_lightning.results.runs import HEATMAP_DIR, STOP_SUFFIX
 from sun_lightning.results.snapshot import take_snapshot
 
 
@@ -34,7 +34,9 @@ class ResultsLogger(pl.Callback):
       snapshot, V(s₀, g) and the selection rule's score from a start state s₀, and where the run evaluates goal
       reaching (``eval``), the latest evaluation's success per goal
       (:mod:`sun_lightning.results.snapshot`), over the gridworld's tiles or the first two goal dimensions;
-      ``heatmaps/heatmaps_<pct>.npz``: the same numbers, for the comparison report.
+      ``heatmaps/heatmaps_<pct>.npz``: the same numbers, for the comparison report. A run that stops before its
+      budget (``max_steps``, an interruption) adds ``heatmaps_<pct>_stop`` where it stopped; once it resumes past
+      that point, reports read its scheduled snapshots only (:func:`~sun_lightning.results.runs.load_snapshots`).
     - ``curves.png`` at the end: coverage and entropy (and k-NN entropy where logged) against env frames,
       as logged by :class:`~sun_lightning.callbacks.exploration.ExplorationLogger`.
 
@@ -52,6 +54,8 @@ class ResultsLogger(pl.Callback):
         self._loggers: list[SUNMLFlowLogger] = []
         self._title: str | None = None
         self._run: RunView | None = None
+        self._selected: list[torch.Tensor] = []
+        self._reached: list[torch.Tensor] = []
 
     # ---- wiring ------------------------------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -66,6 +70,20 @@ class ResultsLogger(pl.Callback):
         self._reached: list[torch.Tensor] = []
         run.events.subscribe("goals", self._on_goals)
         run.events.subscribe("frames", self._on_frames)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._loggers:
+            # A resumed run (its frames restored by now) took the snapshots due before its checkpoint already.
+            self._due = [(frames, percent) for frames, percent in self._due if frames > self._run.frames]
+
+    def state_dict(self) -> dict:
+        # The goals since the last snapshot, so that a resumed run's next snapshot shows those of the whole window,
+        # as the uninterrupted run's does.
+        return {"selected": _joined(self._selected), "reached": _joined(self._reached)}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._selected = [state_dict["selected"]] if state_dict.get("selected") is not None else []
+        self._reached = [state_dict["reached"]] if state_dict.get("reached") is not None else []
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self._run is not None:
@@ -83,8 +101,9 @@ class ResultsLogger(pl.Callback):
             self.log_heatmaps(frames, self._due.pop(0)[1])
 
     # ---- what is logged --------------------------------------------------------------------------
-    def log_heatmaps(self, frames: int, percent: int) -> None:
-        """Take a snapshot now and log its picture and numbers; the goal window starts afresh."""
+    def log_heatmaps(self, frames: int, percent: int, suffix: str = "") -> None:
+        """Take a snapshot now and log its picture and numbers (``heatmaps_<percent><suffix>``); the goal window
+        starts afresh."""
         evaluation = next((cb for cb in self._trainer.callbacks if getattr(cb, "latest", None) is not None), None)
         run = self._run
         snapshot = take_snapshot(self._module, self._grid, self._selected, self._reached, frames, percent,
@@ -94,7 +113,7 @@ class ResultsLogger(pl.Callback):
                                  eval_frames=getattr(evaluation, "latest_frames", -1))
         self._selected, self._reached = [], []
         with tempfile.TemporaryDirectory() as tmp:
-            stem = Path(tmp) / f"heatmaps_{percent:03d}"
+            stem = Path(tmp) / f"heatmaps_{percent:03d}{suffix}"
             snapshot.save(stem.with_suffix(".npz"))
             save_png(snapshot_figure(self._grid, snapshot, self._run_title()), stem.with_suffix(".png"))
             self._log_files(tmp, HEATMAP_DIR)
@@ -105,7 +124,7 @@ class ResultsLogger(pl.Callback):
         frames = self._run.frames
         if self._due and frames > 0:
             # The run stopped before its budget (max_steps, an interruption): a last snapshot where it stopped.
-            self.log_heatmaps(frames, round(100 * frames / self._run.config.total_frames))
+            self.log_heatmaps(frames, round(100 * frames / self._run.config.total_frames), STOP_SUFFIX)
             self._due = []
         logger = self._loggers[0]
         histories = {}
@@ -124,3 +143,8 @@ class ResultsLogger(pl.Callback):
     def _log_files(self, folder: str, artifact_path: str | None) -> None:
         for logger in self._loggers:
             logger.log_artifacts(folder, artifact_path)
+
+
+def _joined(window: list[torch.Tensor]) -> torch.Tensor | None:
+    """A goal window as one tensor (``None``: empty), so that a checkpoint holds one tensor, not one per step."""
+    return torch.cat(window) if window else None

@@ -27,6 +27,7 @@ MINUTES, FRAMES_PER_SECOND = "perf/run/minutes", "perf/run/frames_per_second"
 CPU_SHARE = "perf/run/cpu_share"
 #: Where the results callback puts its heatmap snapshots in a run's artifacts.
 HEATMAP_DIR = "heatmaps"
+STOP_SUFFIX = "_stop"  # a snapshot taken where a run stopped before its budget (callbacks/results.py)
 
 
 @dataclass
@@ -128,8 +129,12 @@ def finished_runs(client: mlflow.MlflowClient, experiment: str) -> dict[str, Run
 
 
 def load_snapshots(client: mlflow.MlflowClient, run_id: str) -> dict[int, HeatmapSnapshot]:
-    """Every heatmap snapshot a run saved (25/50/75/100 % of training), by percentage."""
+    """Every heatmap snapshot a run saved (25/50/75/100 % of training), by percentage. A snapshot taken where the
+    run stopped before its budget counts while it is the run's last: once the run resumed past it, its scheduled
+    snapshots stand alone (the one at a stop's percent wins over the stop)."""
     saved = sorted(a.path for a in client.list_artifacts(run_id, HEATMAP_DIR) if a.path.endswith(".npz"))
     with tempfile.TemporaryDirectory() as tmp:
-        snapshots = [HeatmapSnapshot.load(client.download_artifacts(run_id, path, tmp)) for path in saved]
-    return {s.percent: s for s in snapshots}
+        snapshots = [(path, HeatmapSnapshot.load(client.download_artifacts(run_id, path, tmp))) for path in saved]
+    last = max((s.frames for _, s in snapshots), default=0)
+    stops = [s for path, s in snapshots if path.endswith(f"{STOP_SUFFIX}.npz") and s.frames == last]
+    return {s.percent: s for s in [*stops, *(s for path, s in snapshots if not path.endswith(f"{STOP_SUFFIX}.npz"))]}

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -166,3 +167,40 @@ def test_a_td3_checkpoint_from_before_the_bootstrap_actor_follows_resumes(tmp_pa
     assert gap < 0.1 * old_gap  # it was the near-initial slow copy; now one actor step behind
     final = final_metrics(cli)
     assert 0 < final["explore/visits/coverage"] <= 1 and math.isfinite(final["train/loss/td"])
+
+
+def test_a_resumed_run_logs_the_heatmaps_of_the_uninterrupted_one(tmp_path, monkeypatch):
+    """A run stopped past its 75 % snapshot (``max_steps``) and resumed to its budget: its MLflow run holds the
+    snapshots the uninterrupted run logs — each quarter once, at its own frames, with the goals of the whole window
+    (kept in the checkpoint) — and the snapshot where it stopped, which reports no longer read."""
+    import mlflow
+
+    from sun_lightning.results.runs import load_snapshots
+
+    def fit(folder: Path, *extra: str) -> tuple[mlflow.MlflowClient, str]:
+        folder.mkdir(exist_ok=True)
+        monkeypatch.chdir(folder)
+        store = f"sqlite:///{folder}/mlruns/mlflow.db"  # absolute: one database engine per URI in a process
+        main(["fit", "--config", str(ROOT / "conf/three_room.yaml"), "--data.total_frames", "800",
+              "--data.warmup_frames", "600", "--data.num_envs", "2", "--metrics.log_every_frames", "200",
+              "--metrics.verbose", "false", "--trainer.enable_progress_bar", "false", "--seed_everything", "1",
+              "--checkpoint.every_frames", "200", "--trainer.logger.init_args.tracking_uri", store, *extra])
+        client = mlflow.MlflowClient(store)
+        (run,) = client.search_runs([client.get_experiment_by_name("sun_lightning").experiment_id])
+        return client, run.info.run_id
+
+    client, whole_id = fit(tmp_path / "whole")
+    whole = load_snapshots(client, whole_id)
+    fit(tmp_path / "stopped", "--trainer.max_steps", "100")
+    client, run_id = fit(tmp_path / "stopped", "--ckpt_path", "last")
+
+    names = sorted(a.path.rsplit("/", 1)[1] for a in client.list_artifacts(run_id, "heatmaps") if a.path.endswith("npz"))
+    (stop,) = [n for n in names if n.endswith("_stop.npz")]
+    assert names == sorted(["heatmaps_025.npz", "heatmaps_050.npz", "heatmaps_075.npz", "heatmaps_100.npz", stop])
+    resumed = load_snapshots(client, run_id)
+    assert sorted(resumed) == sorted(whole) == [25, 50, 75, 100]
+    assert [resumed[p].frames for p in resumed] == [whole[p].frames for p in resumed] == [200, 400, 600, 800]
+    assert whole[100].selected.sum() > 0  # goals are drawn after the warm-up: the last window has them
+    for percent in whole:
+        for name in ("visits", "selected", "reached"):
+            np.testing.assert_array_equal(getattr(resumed[percent], name), getattr(whole[percent], name))
