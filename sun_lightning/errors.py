@@ -11,10 +11,14 @@ import difflib
 import importlib
 import inspect
 import re
+import signal
 import sys
 from collections.abc import Iterable
 
 USAGE_EXIT_CODE = 2
+#: The signals that stop a run between two steps with a checkpoint: Ctrl-C, and SIGTERM as ``kill``, systemd and
+#: batch schedulers send it.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 HELP_HINT = "see `python -m sun_lightning fit --help`"
 
 
@@ -37,6 +41,21 @@ class UsageError(SystemExit):
     def __init__(self, message: str, options: Iterable[str] = (), line: str | None = None) -> None:
         super().__init__(USAGE_EXIT_CODE)
         self.message, self.options, self.line = message, sorted(set(options)), line
+
+
+def stopped_exit_code(signum: int) -> int:
+    """The exit status of a run that ``signum`` stopped with a checkpoint: ``128 + signum`` (130 for Ctrl-C, 143 for
+    SIGTERM), the shells' status of a process a signal ended, so that no caller takes it for a finished run."""
+    return 128 + int(signum)
+
+
+def stopping_signal(code: int | None) -> str | None:
+    """The name of the signal that stopped a run exiting with ``code`` (``"SIGTERM"`` for 143), or ``None`` for an
+    exit status that is not a stop (0, a failure, a process killed outright: a negative status)."""
+    for sig in STOP_SIGNALS:
+        if code == stopped_exit_code(sig):
+            return sig.name
+    return None
 
 
 def no_goal_space(env_id: str) -> str:

@@ -25,7 +25,7 @@ from lightning.pytorch.loggers import MLFlowLogger
 from sun_lightning.callbacks.schedule import EveryFrames
 from sun_lightning.checkpoints import integrity
 from sun_lightning.domains import AT_LEAST_ONE, check_arguments
-from sun_lightning.errors import NonFiniteLossError
+from sun_lightning.errors import NonFiniteLossError, stopped_exit_code
 from sun_lightning.exploration.view import RunView, run_view
 from sun_lightning.checkpoints.identity import FORMAT, FORMAT_KEY, RUN_KEY, migrate, run_identity
 from sun_lightning.checkpoints.integrity import LAST
@@ -55,6 +55,10 @@ class FrameCheckpoint(ModelCheckpoint):
     ``last.ckpt`` is a copy of the newest ``frames=`` file (one serialization per checkpoint). A non-finite loss (raised before its gradient step) also gets a
     checkpoint, of the last good networks.
 
+    Ctrl-C and SIGTERM (``kill``, systemd, a batch scheduler) stop the run at the next step's end with a checkpoint
+    (a second one stops it at once); the run's MLflow run ends KILLED and the process exits :attr:`exit_code`
+    (130, 143), never 0, so that a runner or a shell does not take the stopped run for a finished one.
+
     Args:
         dirpath: folder of the checkpoints; ``None`` gives ``<trainer.default_root_dir>/<run name>``
             (``checkpoints/FourRoomStuck-sun-seed0``), the same on a resumed launch.
@@ -72,15 +76,16 @@ class FrameCheckpoint(ModelCheckpoint):
         self._schedule = EveryFrames(every_frames)
         self._saved: list[str] = []
         self._run: RunView | None = None
-        self.interrupted = False  # set by Ctrl-C (SIGINT)
+        self.interrupted = False  # set by Ctrl-C or SIGTERM (or, under DDP, by another rank's)
+        self.stop_signal: int | None = None  # the signal that stopped the run, where this process received it
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self.interrupted = False
+        self.interrupted, self.stop_signal = False, None
         self._trainer_ref = trainer
         run = self._run = run_view(trainer)
         if threading.current_thread() is threading.main_thread():
             # Ctrl-C ends the run between two vector steps, with a checkpoint, instead of inside an update.
-            self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
+            self._previous_sigint = signal.signal(signal.SIGINT, self._on_stop_signal)
         run.events.subscribe("frames", self._on_frames)
         run.events.subscribe("trained", self._on_trained)
         if self.dirpath is None:
@@ -98,13 +103,34 @@ class FrameCheckpoint(ModelCheckpoint):
                 Path(self.dirpath).mkdir(parents=True, exist_ok=True)
                 integrity.write_json_atomic(Path(self.dirpath) / MLFLOW_RUN_FILE, {"run_id": logger.run_id})
 
-    def _on_sigint(self, signum, frame) -> None:
-        if self.interrupted:  # a second Ctrl-C: stop now
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # After Lightning's own SIGTERM handler (installed once setup is done), which would end the run with a
+        # SystemExit of status 0 and no checkpoint: SIGTERM is Ctrl-C's twin here.
+        if threading.current_thread() is threading.main_thread():
+            self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_stop_signal)
+
+    def _on_stop_signal(self, signum, frame) -> None:
+        if self.interrupted:  # a second one: stop now
             raise KeyboardInterrupt
-        self.interrupted = True
+        self.interrupted, self.stop_signal = True, signum
         if self._trainer_ref.is_global_zero:
-                print("\ninterrupted: saving a checkpoint and stopping (Ctrl-C again to stop at once)", file=sys.stderr,
-                      flush=True)
+            said = "interrupted" if signum == signal.SIGINT else f"interrupted by {signal.Signals(signum).name}"
+            print(f"\n{said}: saving a checkpoint and stopping ({self.stop_name} again to stop at once)",
+                  file=sys.stderr, flush=True)
+
+    @property
+    def stop_name(self) -> str:
+        """How the run was stopped, in words: ``Ctrl-C`` or the signal's name (``SIGTERM``)."""
+        if self.stop_signal in (None, signal.SIGINT):  # None: a DDP rank that learnt of the stop from another
+            return "Ctrl-C"
+        return signal.Signals(self.stop_signal).name
+
+    @property
+    def exit_code(self) -> int:
+        """The process's exit status: 0 for a run that ran to its end, else 128 + the stopping signal."""
+        if not self.interrupted:
+            return 0
+        return stopped_exit_code(self.stop_signal or signal.SIGINT)
 
     def _on_frames(self, frames: int) -> None:
         # During the warm-up no training step ends; after it, the stop waits for the step's update.
@@ -124,6 +150,11 @@ class FrameCheckpoint(ModelCheckpoint):
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
             self._previous_sigint = None
+        previous = getattr(self, "_previous_sigterm", None)
+        if previous is not None:
+            if signal.getsignal(signal.SIGTERM) == self._on_stop_signal:  # Lightning has not put back its own yet
+                signal.signal(signal.SIGTERM, previous)
+            self._previous_sigterm = None
         self._run.events.unsubscribe("frames", self._on_frames)
         self._run.events.unsubscribe("trained", self._on_trained)
 

@@ -19,8 +19,8 @@ def run_summary(trainer, folder_line: str | None = None) -> str:
     run = run_view(trainer)
     final = next((cb.final for cb in trainer.callbacks if isinstance(cb, ExplorationLogger)), {})
     shown = "  ".join(f"{name.rsplit('/', 1)[-1]}={final[name]:.4f}" for name in SUMMARY_METRICS if name in final)
-    interrupted = any(getattr(cb, "interrupted", False) for cb in trainer.callbacks)
-    ended = "stopped (Ctrl-C)" if interrupted else "done"
+    stopper = next((cb for cb in trainer.callbacks if getattr(cb, "interrupted", False)), None)
+    ended = f"stopped ({stopper.stop_name})" if stopper is not None else "done"
     lines = [f"{ended}: {run.frames} env frames of {run.config.env_id}  {shown}"]
     for logger in trainer.loggers:
         if isinstance(logger, SUNMLFlowLogger):  # its lines survive a store that failed during the run

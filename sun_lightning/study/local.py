@@ -4,6 +4,10 @@ Ctrl-C (or SIGTERM) on the runner is passed on to its running runs as one Ctrl-C
 checkpoint and stops (sun_lightning/callbacks/checkpoint.py), the runner waits for them and starts no new run, and the same
 command resumes the study. A second Ctrl-C is passed on too and stops the runs at once. The runs live in
 process groups of their own, so a terminal's Ctrl-C reaches them only through the runner, once.
+
+A run stopped from outside the runner (``kill`` of its process, SIGTERM from the system) saves its checkpoint and
+exits 130 or 143 (sun_lightning/__main__.py): the runner says so, with the frames the checkpoint holds, and stops the
+study as it does on its own Ctrl-C, rather than counting the run finished and starting the next.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from sun_lightning.checkpoints import run_folders
+from sun_lightning.errors import stopping_signal
 from sun_lightning.study.cores import CoreSlots, describe, usable_cpus
 from sun_lightning.study.gpus import GpuSlots
 from sun_lightning.study.plan import RunSpec, checkpoint_dir, fit_args, start_fit
@@ -50,13 +56,27 @@ class _ForwardStop:
             signal.signal(sig, previous)
 
     def _on_signal(self, signum, frame) -> None:
+        self.request(signal.Signals(signum).name)
+
+    def request(self, why: str) -> None:
+        """Stop the study: no run starts any more, and each running run is passed one Ctrl-C."""
         self.requests += 1
         if self.requests == 1:
-            print(f"\n{signal.Signals(signum).name}: each running run saves a checkpoint and stops; the same command "
+            print(f"\n{why}: each running run saves a checkpoint and stops; the same command "
                   "resumes the study (Ctrl-C again: stop them at once)", file=sys.stderr, flush=True)
         for _, process, *_ in self.running:
             if process.poll() is None:
                 process.send_signal(signal.SIGINT)
+
+
+def _checkpoint_line(experiment: str, name: str) -> str:
+    """Where a stopped run's checkpoint is, and how far it got (relative to the study's folder)."""
+    folder = run_folders.newest_folder(Path.cwd() / checkpoint_dir(experiment, name))[0]
+    frames = sorted(folder.glob("frames=*.ckpt")) if folder.is_dir() else []
+    if not frames:
+        return "with no checkpoint: the same command starts it again"
+    return (f"checkpoint at {int(frames[-1].stem.split('=')[1])} frames in "
+            f"{folder.relative_to(Path.cwd())}: the same command resumes it")
 
 
 def run_local(specs: list[RunSpec], experiment: str, tracking_uri: str, extra: Callable[[RunSpec], tuple[str, ...]],
@@ -105,10 +125,18 @@ def run_local(specs: list[RunSpec], experiment: str, tracking_uri: str, extra: C
                 if devices:
                     gpus.release(devices)
                 minutes = (time.perf_counter() - start) / 60
+                signal_name = stopping_signal(process.returncode)
+                if signal_name and not stop.requests:
+                    stopped.append(name)
+                    print(f"{name} stopped by {signal_name} after {minutes:.1f} min, "
+                          f"{_checkpoint_line(experiment, name)}", flush=True)
+                    on_finished(name)
+                    stop.request(f"{name} was stopped by {signal_name}")
+                    continue
                 if stop.requests:
                     stopped.append(name)
                     print(f"{name} stopped (exit {process.returncode}) after {minutes:.1f} min", flush=True)
-                    if process.returncode == 0:
+                    if process.returncode == 0 or signal_name:
                         on_finished(name)  # nests it under the study's parent run, finished or stopped
                     continue
                 status = "finished" if process.returncode == 0 else f"FAILED (exit {process.returncode}, see {log.name})"

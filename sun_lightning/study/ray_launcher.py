@@ -5,7 +5,9 @@ as a child process in the study's folder (a shared file system on a cluster: the
 live there) and logs to the study's MLflow tracking URI (a tracking server on a cluster). When a worker dies
 (a node lost, the process killed), its child dies with it and Ray retries the task, up to ``retries``
 times; the retry continues the run from its last checkpoint (``--ckpt_path last``) in the same MLflow run,
-so the run finishes once. A run that fails by itself (exit status ≠ 0) is not retried.
+so the run finishes once. A run stopped by SIGTERM or SIGINT on its node (a preemption, ``kill``) saves a
+checkpoint and exits 143 or 130: retried the same way. A run that fails by itself (any other exit status ≠ 0)
+is not retried.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
+from sun_lightning.errors import stopping_signal
 from sun_lightning.study.plan import PACKAGE_ROOT, RunSpec, checkpoint_dir, fit_args, start_fit
 
 #: The one-line error of ``--launcher ray`` without Ray.
@@ -22,7 +25,7 @@ MISSING = "--launcher ray needs Ray, an optional extra: pip install -e \".[ray]\
 
 
 class FitKilled(RuntimeError):
-    """The run's process was killed by a signal while its worker lived on (Ray retries the task)."""
+    """The run's process was killed or stopped by a signal while its worker lived on (Ray retries the task)."""
 
 
 def require_ray():
@@ -44,6 +47,8 @@ def run_task(args: list[str], ckpt_dir: str, cwd: str, log_path: str, threads: i
         log.close()
     if code < 0:
         raise FitKilled(f"killed by signal {-code}")
+    if stopping_signal(code):
+        raise FitKilled(f"stopped by {stopping_signal(code)} with a checkpoint")
     return code
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 import signal
 import subprocess
 import sys
@@ -176,6 +177,38 @@ def test_stopping_the_runner_stops_its_runs_with_checkpoints(tmp_path):
         checkpoint = tmp_path / "checkpoints/stop" / name / "last.ckpt"
         frames = torch.load(checkpoint, weights_only=False, map_location="cpu")["ExplorationDataModule"]["frames"]
         assert 400 <= frames < 1_000_000
+
+
+@pytest.mark.slow  # about a minute: a runner and its fit, the fit stopped from outside
+def test_a_run_killed_beside_the_runner_stops_the_study_with_its_checkpoint(tmp_path):
+    """SIGTERM on a run's own ``fit`` process (``kill``, the system): the run saves a checkpoint and exits 143; the
+    runner names it stopped with its checkpoint's frames (not finished), starts no other run, and exits 130."""
+    name = "ThreeRoom-sun-seed0"
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "sun_lightning.compare", "--config", str(ROOT / "conf/three_room.yaml"),
+         "--methods", "sun", "--seeds", "0", "1", "--jobs", "1", "--experiment", "kill", "--",
+         "--data.total_frames", "1000000", "--data.warmup_frames", "200", "--data.num_envs", "4",
+         "--metrics.log_every_frames", "200", "--trainer.enable_progress_bar", "false"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "mlruns/logs/kill" / f"{name}.log"
+    deadline = time.monotonic() + 300
+    while not (log.is_file() and "[frames 400]" in log.read_text()):
+        assert runner.poll() is None and time.monotonic() < deadline, runner.communicate()
+        time.sleep(0.5)
+    (fit,) = [int(pid) for task in Path(f"/proc/{runner.pid}/task").iterdir()
+              for pid in (task / "children").read_text().split()]
+    os.kill(fit, signal.SIGTERM)
+    out, err = runner.communicate(timeout=180)
+    assert runner.returncode == 130, out + err
+    assert f"{name} stopped by SIGTERM after " in out and "the same command resumes it" in out
+    assert "finished" not in out and "seed1" not in out
+    assert "interrupted by SIGTERM: saving a checkpoint and stopping" in log.read_text()
+    frames = torch.load(tmp_path / "checkpoints/kill" / name / "last.ckpt", weights_only=False,
+                        map_location="cpu")["ExplorationDataModule"]["frames"]
+    assert 400 <= frames < 1_000_000 and f"checkpoint at {frames} frames in checkpoints/kill/{name}" in out
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlruns/mlflow.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("kill").experiment_id], f"attributes.run_name = '{name}'")
+    assert run.info.status == "KILLED"
 
 
 @pytest.mark.parametrize("config", ["point_maze_s", "antmaze"])

@@ -1,5 +1,5 @@
 """Faults end a run cleanly: a NaN loss stops it with a message and a checkpoint of the last good
-state; Ctrl-C stops it with a checkpoint and the MLflow run marked KILLED."""
+state; Ctrl-C or SIGTERM stops it with a checkpoint, the MLflow run marked KILLED and exit status 130 or 143."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import mlflow
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +39,13 @@ def test_a_nan_loss_stops_the_run_naming_it_and_keeps_the_last_good_state(tmp_pa
     assert _status(tmp_path) == "FAILED"
 
 
-def test_ctrl_c_stops_with_a_checkpoint_and_a_killed_mlflow_run(tmp_path):
+@pytest.mark.parametrize("signum, code, said, name", [(signal.SIGINT, 130, "interrupted", "Ctrl-C"),
+                                                      (signal.SIGTERM, 143, "interrupted by SIGTERM", "SIGTERM")],
+                         ids=["ctrl_c", "sigterm"])
+def test_ctrl_c_or_sigterm_stops_with_a_checkpoint_a_killed_mlflow_run_and_a_stop_status(signum, code, said, name,
+                                                                                        tmp_path):
+    """SIGTERM (``kill``, a scheduler) is Ctrl-C's twin, not Lightning's own SystemExit of status 0 without a
+    checkpoint: a checkpoint past the warm-up, the MLflow run KILLED, and exit 128 + the signal."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "sun_lightning", "fit", "--config", str(ROOT / "conf/three_room.yaml"), *TINY,
          "--data.total_frames", "1000000"],
@@ -47,11 +54,11 @@ def test_ctrl_c_stops_with_a_checkpoint_and_a_killed_mlflow_run(tmp_path):
     for line in proc.stdout:  # the first log line comes after the warm-up, during learning
         if line.startswith("[frames 600]") or time.monotonic() - start > 240:
             break
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err[-2000:]
-    assert "interrupted: saving a checkpoint and stopping" in err
-    assert "stopped (Ctrl-C): " in out
+    assert proc.returncode == code, err[-2000:]
+    assert f"{said}: saving a checkpoint and stopping ({name} again to stop at once)" in err
+    assert f"stopped ({name}): " in out
     checkpoint = tmp_path / "checkpoints" / "ThreeRoom-sun-seed0" / "last.ckpt"
     frames = torch.load(checkpoint, weights_only=False, map_location="cpu")["ExplorationDataModule"]["frames"]
     assert 600 <= frames < 1000000
