@@ -15,7 +15,8 @@ in several reports' ``runs.csv``. This command reads ``runs.csv`` back (a row pe
   ``study.csv``, ``auc_bars.png`` and ``improvement_bars.png`` (:func:`~sun_lightning.results.study.write_study`).
 
 ``--add`` first merges the rows of other reports (their ``runs.csv``, or a study's) into each ``runs.csv`` of the same
-environment; an added run of a name already there replaces it. A report whose runs are all kept whole beside it
+environment; an added run of a name already there replaces it. Added to a study, the report of an environment the
+study does not have joins it whole, as a new environment folder. A report whose runs are all kept whole beside it
 (``runs.json.gz`` and its snapshots, :mod:`~sun_lightning.results.archive`; every report written since) is then drawn
 again entirely, figures included, and a study of such reports too. In a report with runs known only by their
 ``runs.csv`` row (written before the archive), the rest (its curves, heatmaps, the table of what the runs did; a
@@ -42,6 +43,7 @@ from sun_lightning.results.report import (CELLS, relative_lines, relative_table,
 from sun_lightning.results.runs import RunRecord
 from sun_lightning.results.runtime import hardware_line, report_lines as runtime_lines
 from sun_lightning.results.study import write_study
+from sun_lightning.tracking.naming import env_name
 
 #: The cells' definition of a report written before the intervals.
 OLD_CELLS = "Cells: mean ± sample std"
@@ -207,6 +209,7 @@ def restate_study(folder: str | Path, added: Sequence[str | Path] = ()) -> list[
         p.parent.name for p in out.glob("*/runs.csv"))
     if not envs:
         raise RestateError(f"{out} is not a study folder: no environment folder with a runs.csv")
+    envs += join_environments(out, envs, [Path(a) for a in added])
     written, study, reports = [], {}, {}
     for name in envs:
         written += restate(out / name, added)
@@ -217,9 +220,31 @@ def restate_study(folder: str | Path, added: Sequence[str | Path] = ()) -> list[
         (title, file) for title, file in (("coverage and entropy per environment", "curves_grid.png"),
                                           ("LunarLanderFull: k-NN entropy over training", "knn_entropy.png"))
         if (out / file).is_file()]
-    context = [line for line in old[2:first_section] if line and line != STUDY_RESTATED] + [STUDY_RESTATED] * bool(kept)
+    context = [re.sub(r"^\d+ environments,", f"{len(envs)} environments,", line)
+               for line in old[2:first_section] if line and line != STUDY_RESTATED] + [STUDY_RESTATED] * bool(kept)
     failed = next((line.split(": ", 1)[1].split(", ") for line in old if line.startswith("Runs that failed")), [])
     return written + write_study(out, study, context, reports, failed, kept=kept)
+
+
+def join_environments(out: Path, envs: Sequence[str], added: Sequence[Path]) -> list[str]:
+    """Copy into the study in ``out`` (its environment folders ``envs``) the reports in ``added`` (report or study
+    folders) of environments it does not have yet, each to a folder named after its environment; their names. The
+    runs of an environment the study has join it through :func:`merge_rows`."""
+    have = {read_rows(out / name / "runs.csv")[0]["env_id"] for name in envs}
+    joined = []
+    for folder in added:
+        for runs_csv in (p for p in [folder / "runs.csv", *sorted(folder.glob("*/runs.csv"))] if p.is_file()):
+            rows = read_rows(runs_csv, empty=True)
+            if not rows or rows[0]["env_id"] in have:
+                continue
+            name = env_name(rows[0]["env_id"])
+            if (out / name).exists():
+                raise RestateError(f"{out / name} is in the way of {runs_csv.parent}'s {rows[0]['env_id']}: it is not "
+                                   "one of the study's environment folders")
+            shutil.copytree(runs_csv.parent, out / name)
+            have.add(rows[0]["env_id"])
+            joined.append(name)
+    return joined
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,11 +10,12 @@ import pytest
 
 from tests.helpers import THREE_ROOM
 from tests.unit.results.test_results import _first_table, _record
-from tests.unit.results.test_study_report import COV, ENT, flat
+from tests.unit.results.test_study_report import COV, ENT, MOUNTAIN_CAR, flat
 from sun_lightning.results.archive import read_archive, read_stages
 from sun_lightning.results.report import write_report
 from sun_lightning.results.snapshot import HeatmapSnapshot
-from sun_lightning.results.restate import ADDED, RESTATED, STUDY_RESTATED, RestateError, main, restate
+from sun_lightning.results.restate import (ADDED, RESTATED, STUDY_RESTATED, RestateError, main, restate,
+                                         restate_study)
 from sun_lightning.results.runs import CPU_SHARE, MINUTES
 from sun_lightning.results.study import write_study
 
@@ -163,7 +164,7 @@ def _restated_study(tmp_path, whole: bool):
     reports = {env: f"{env.split('/')[1][:-3]}/report.md" for env in study}
     for env, runs in study.items():
         write_report(out / reports[env].split("/")[0], env, runs, {}, ["context", "Cells: as now."])
-    write_study(out, study, ["3 environments, context line."], reports)
+    write_study(out, study, ["2 environments, context line."], reports)
     write_report(more / "ThreeRoom", THREE_ROOM, {"sun": [flat("ThreeRoom", "sun", 1, 0.8)],
                                                   "random": [flat("ThreeRoom", "random", 1, 0.4)]}, {}, ["c"])
     if not whole:
@@ -183,7 +184,7 @@ def _restated_study(tmp_path, whole: bool):
 def test_a_study_of_earlier_reports_restated_with_added_runs_keeps_its_curves_and_redraws_its_tables(tmp_path):
     out, curves, text, report = _restated_study(tmp_path, whole=False)
     assert (out / "curves_grid.png").read_bytes() == curves and "![coverage and entropy per environment]" in text
-    assert text.splitlines()[2:4] == ["3 environments, context line.", STUDY_RESTATED]
+    assert text.splitlines()[2:4] == ["2 environments, context line.", STUDY_RESTATED]
     assert f"{ADDED} ThreeRoom-sun-seed1, ThreeRoom-random-seed1." in report
     assert main([str(out)]) == 0 and (out / "study.md").read_text() == text  # restated again: the same
 
@@ -221,3 +222,32 @@ def test_a_reports_runs_and_snapshots_are_kept_and_read_back(tmp_path):
     (tmp_path / "goal_stages.png").unlink()
     restate(tmp_path)
     assert (tmp_path / "heatmaps.png").stat().st_size == heatmaps and (tmp_path / "goal_stages.png").is_file()
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_new_environments_report_joins_a_study_as_its_own_folder(tmp_path, whole):
+    """A study of ThreeRoom (SUN 0.6, Random 0.4) gains MountainCar (SUN 0.3, Random 0.4) from another study: its
+    report is copied whole, study.md links it, counts two environments and averages both."""
+    out, more = tmp_path / "study", tmp_path / "more"
+    three_room = {"sun": [flat("ThreeRoom", "sun", 0, 0.6)], "random": [flat("ThreeRoom", "random", 0, 0.4)]}
+    write_report(out / "ThreeRoom", THREE_ROOM, three_room, {}, ["c"])
+    write_study(out, {THREE_ROOM: three_room}, ["1 environments, context line."], {THREE_ROOM: "ThreeRoom/report.md"})
+    write_report(more / "MountainCar", MOUNTAIN_CAR, {"sun": [flat("MountainCar", "sun", 0, 0.3)],
+                                                      "random": [flat("MountainCar", "random", 0, 0.4)]}, {}, ["m"])
+    if not whole:
+        for kept in [*out.glob("*/runs.json.gz"), *more.glob("*/runs.json.gz")]:
+            kept.unlink()
+    assert main([str(out), "--add", str(more)]) == 0
+    text = (out / "study.md").read_text()
+    assert (out / "MountainCar" / "report.md").is_file() and (out / "MountainCar" / "runs.csv").read_text() == (
+        more / "MountainCar" / "runs.csv").read_text()
+    assert "2 environments, context line." in text and "1 environments" not in text
+    assert "| [MountainCar](MountainCar/report.md) | SUN adaptive | 1 | 0.300 (n = 1) |" in text
+    # averaged over the two environments: (0.6 + 0.3) / 2 against (0.4 + 0.4) / 2, +12.5 %
+    assert "| SUN adaptive | 2 | +12.5 % (" in text
+    assert main([str(out), "--add", str(more)]) == 0 and (out / "study.md").read_text() == text  # added again: the same
+    (out / "MountainCar" / "runs.csv").unlink()
+    (out / "MountainCar" / "report.md").rename(out / "MountainCar" / "old.md")
+    with pytest.raises(RestateError, match="MountainCar is in the way"):
+        restate_study(out, [more])
+
