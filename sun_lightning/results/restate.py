@@ -42,7 +42,7 @@ from sun_lightning.results.report import (CELLS, relative_lines, relative_table,
                                           write_csv, write_report)
 from sun_lightning.results.runs import RunRecord
 from sun_lightning.results.runtime import hardware_line, report_lines as runtime_lines
-from sun_lightning.results.study import write_study
+from sun_lightning.results.study import KNN_FIGURE, write_study
 from sun_lightning.tracking.naming import env_name
 
 #: The cells' definition of a report written before the intervals.
@@ -200,8 +200,8 @@ def redraw(out: Path, env_id: str, runs: dict[str, list[RunRecord]]) -> list[Pat
 
 def restate_study(folder: str | Path, added: Sequence[str | Path] = ()) -> list[Path]:
     """Restate each environment's report of the study in ``folder`` (:func:`restate`), then its ``study.md``,
-    ``study.csv`` and bar figures from the environments' runs; its ``curves_grid.png`` and ``knn_entropy.png`` stay as
-    drawn unless every run is kept whole. The files written."""
+    ``study.csv`` and bar figures from the environments' runs; its ``curves_grid.png`` stays as drawn unless every run
+    is kept whole, its ``knn_entropy.png`` unless LunarLanderFull's are. The files written."""
     out = Path(folder)
     old = (out / "study.md").read_text().splitlines()
     linked = list(dict.fromkeys(re.findall(r"\]\(([^)/]+)/report\.md\)", "\n".join(old))))
@@ -216,10 +216,12 @@ def restate_study(folder: str | Path, added: Sequence[str | Path] = ()) -> list[
         env_id, runs = report_runs(out / name)
         study[env_id], reports[env_id] = runs, f"{name}/report.md"
     first_section = next((i for i, line in enumerate(old) if line.startswith("## ")), len(old))
+    # LunarLanderFull's k-NN entropy curve is drawn again once its runs are kept whole, whatever the others
+    knn_whole = any(env_name(env_id) == "LunarLanderFull" and whole(runs) for env_id, runs in study.items())
     kept = [] if all(whole(runs) for runs in study.values()) else [
         (title, file) for title, file in (("coverage and entropy per environment", "curves_grid.png"),
-                                          ("LunarLanderFull: k-NN entropy over training", "knn_entropy.png"))
-        if (out / file).is_file()]
+                                          ("LunarLanderFull: k-NN entropy over training", KNN_FIGURE))
+        if (out / file).is_file() and not (file == KNN_FIGURE and knn_whole)]
     context = [re.sub(r"^\d+ environments,", f"{len(envs)} environments,", line)
                for line in old[2:first_section] if line and line != STUDY_RESTATED] + [STUDY_RESTATED] * bool(kept)
     failed = next((line.split(": ", 1)[1].split(", ") for line in old if line.startswith("Runs that failed")), [])

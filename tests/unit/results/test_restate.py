@@ -10,6 +10,7 @@ import pytest
 
 from tests.helpers import THREE_ROOM
 from tests.unit.results.test_results import _first_table, _record
+from tests.unit.results.test_figures import KNN
 from tests.unit.results.test_study_report import COV, ENT, MOUNTAIN_CAR, flat
 from sun_lightning.results.archive import read_archive, read_stages
 from sun_lightning.results.report import write_report
@@ -251,3 +252,24 @@ def test_a_new_environments_report_joins_a_study_as_its_own_folder(tmp_path, who
     with pytest.raises(RestateError, match="MountainCar is in the way"):
         restate_study(out, [more])
 
+
+
+def test_lunar_lander_full_joining_a_study_of_earlier_reports_gets_its_knn_curve(tmp_path):
+    """ThreeRoom's runs known by runs.csv alone keep the study's curves as drawn; LunarLanderFull's, kept whole with
+    their k-NN entropy over training, draw knn_entropy.png."""
+    out, more = tmp_path / "study", tmp_path / "more"
+    three_room = {"sun": [flat("ThreeRoom", "sun", 0, 0.6)], "random": [flat("ThreeRoom", "random", 0, 0.4)]}
+    write_report(out / "ThreeRoom", THREE_ROOM, three_room, {}, ["c"])
+    write_study(out, {THREE_ROOM: three_room}, ["1 environments, context line."], {THREE_ROOM: "ThreeRoom/report.md"})
+    (out / "ThreeRoom" / "runs.json.gz").unlink()
+    curves = (out / "curves_grid.png").read_bytes()
+    full = {}
+    for method, level in (("sun", -10.0), ("random", -12.0)):
+        record = flat("LunarLanderFull", method, 0, 0.01)
+        record.histories[KNN] = ([1000, 2000], [level - 1, level])
+        full[method] = [record]
+    write_report(more / "LunarLanderFull", "sun_lightning/LunarLanderFull-v0", full, {}, ["f"])
+    assert main([str(out), "--add", str(more)]) == 0
+    text = (out / "study.md").read_text()
+    assert (out / "curves_grid.png").read_bytes() == curves and STUDY_RESTATED in text
+    assert (out / "knn_entropy.png").read_bytes()[:4] == b"\x89PNG" and "](knn_entropy.png)" in text
