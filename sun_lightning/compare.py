@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     import mlflow
 
     from sun_lightning.study.report import console_study, console_table, gather, report
+    from sun_lightning.results.domains import averaged
     from sun_lightning.results.recorded import recorded_runs
     from sun_lightning.results.runs import finished_runs
     from sun_lightning.study.local import StudyInterrupted, run_local
@@ -223,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"\n{config}, experiment {args.experiment!r}: final values and AUCs (mean [95 % interval] (n) over seeds)")
         print(console_table(study[env_id]))
     if len(study) > 1:
-        print(f"\nrelative AUC improvement averaged over {len(study)} environments")
+        print(f"\nrelative AUC improvement averaged over {len(averaged(study))} environments")
         print(console_study(study))
     if not args.report_only:
         _, missing = gather(client, args.experiment, args.specs, reused)

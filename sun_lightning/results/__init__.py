@@ -10,6 +10,7 @@ One concept per module:
 - :mod:`~sun_lightning.results.goal_stages`: goals selected and reached at each quarter of training, methods side by side;
 - :mod:`~sun_lightning.results.auc_bars`: absolute AUCs per environment and their average over environments;
 - :mod:`~sun_lightning.results.relative`: the paper's relative AUC improvement;
+- :mod:`~sun_lightning.results.domains`: the paper's families of environments, and LunarLanderFull out of its averages;
 - :mod:`~sun_lightning.results.intervals`: 95 % bootstrap intervals over seeds, probability of improvement, IQM;
 - :mod:`~sun_lightning.results.labels`: the methods' names in tables;
 - :mod:`~sun_lightning.results.runtime`: run time and hardware, the paper's runtime table and speed-ups;

@@ -16,13 +16,12 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from sun_lightning.results.domains import LEFT_OUT
 from sun_lightning.results.intervals import Interval, bootstrap_interval, finite, mean_interval
 from sun_lightning.results.labels import label
 from sun_lightning.results.runs import RunRecord
 from sun_lightning.tracking.naming import env_name
 
-#: Left out of the average, as the paper does.
-LEFT_OUT = ("LunarLanderFull",)
 
 Study = dict[str, dict[str, list[RunRecord]]]
 

@@ -17,14 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from sun_lightning.results.domains import DQN_ENVS
 from sun_lightning.results.intervals import Interval, format_interval, mean_interval, mean_ratio_interval
 from sun_lightning.results.labels import label
 from sun_lightning.results.runs import RunRecord
 from sun_lightning.tracking.naming import env_name
 
-#: The paper's DQN environments (Gridworlds and Classic control) over which it averages its speed-ups; LunarLanderFull
-#: is given on its own.
-DQN_ENVS = ("ThreeRoom", "FourRoomStuck", "GridMaze", "MountainCar", "Pendulum", "LunarLander", "Acrobot", "CartPole")
 #: The paper's speed-ups of SUN over each baseline on :data:`DQN_ENVS` (the baseline's minutes over SUN's).
 PAPER_SPEEDUPS = {"adagoal": 3.54, "discover": 3.43}
 

@@ -4,7 +4,8 @@ Written by :mod:`sun_lightning.compare` when a study has more than one environme
 environment's own report (:mod:`~sun_lightning.results.report`, in ``<results>/<Env>/``):
 
 - ``study.md``: the relative coverage and entropy AUC improvement of each method over AdaGoal, DISCOVER
-  and Random averaged over environments, as the paper's "+15.1 % / +7.6 % over AdaGoal", with 95 % intervals; per
+  and Random averaged over environments, as the paper's "+15.1 % / +7.6 % over AdaGoal", with 95 % intervals (SUN's
+  row again within each of the paper's families of environments, :mod:`~sun_lightning.results.domains`); per
   baseline, rliable's probability that SUN improves on it and the IQM of SUN's normalized AUCs; SUN adaptive against
   each of its ablations and grid variants, with the word its interval allows (beats, ties, loses); then each
   environment's AUCs (mean and 95 % interval over seeds, n) with a link to its report; the paper's runtime table
@@ -20,7 +21,9 @@ environment's own report (:mod:`~sun_lightning.results.report`, in ``<results>/<
 
 The average is the paper's (:mod:`~sun_lightning.results.relative`): per environment the AUC of a method is
 its mean over seeds; these are averaged over the environments where both the method and the baseline have
-one, and the improvement is ``100 · (mean AUC − mean baseline AUC) / mean baseline AUC``.
+one, and the improvement is ``100 · (mean AUC − mean baseline AUC) / mean baseline AUC``. Every average over
+environments (improvements, rliable's aggregates, the ablations, the AUC bars) leaves LunarLanderFull out, as the
+paper does (SPEC §7).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from matplotlib.figure import Figure
 
 from sun_lightning.results.auc_bars import auc_bars
 from sun_lightning.results.curves import band_figure, label_axes, plot_bands
+from sun_lightning.results.domains import DOMAINS, OTHER, averaged, domain_of
 from sun_lightning.results.heatmaps import save_png
 from sun_lightning.results.intervals import (Interval, averaged_relative_interval, format_interval, normalized_iqm,
                                              probability_of_improvement, verdict)
@@ -170,6 +174,26 @@ def improvement_bars(relative: dict[str, dict[str, Interval | None]], title: str
     return fig
 
 
+def family_lines(summaries, columns: Sequence[str], method: str = "sun") -> list[str]:
+    """SUN adaptive's row of the averaged improvements again within each of the paper's families of environments
+    (:data:`~sun_lightning.results.domains.DOMAINS`), where the study spans more than one: the paper's families
+    differ in what is hard (exact tiles, unbounded states), and a family's average is not hidden by another's."""
+    order, families = [*DOMAINS, OTHER], {}
+    for env_id in sorted(summaries, key=lambda e: order.index(domain_of(e))):
+        families.setdefault(domain_of(env_id), {})[env_id] = summaries[env_id]
+    rows = []
+    for family, part in families.items():
+        envs = sum(1 for summary in part.values() if summary.get(method))
+        if envs:
+            row = averaged_relative(part, [method])[method]
+            rows.append(f"| {family} | {envs} | " + " | ".join(fmt_percent(row.get(c)) for c in columns) + " |")
+    if len(families) < 2 or not rows:
+        return []
+    return ["", f"{label(method)} by family of environments (the paper's §5: {', '.join(DOMAINS)}), averaged as above "
+            "within each:", "", "| family | envs | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|",
+            *rows]
+
+
 def aggregate_lines(summaries) -> list[str]:
     """The section of :func:`aggregates`: SUN against each baseline across environments (none where SUN did not run)."""
     table = aggregates(summaries)
@@ -219,6 +243,8 @@ def markdown(study: Study, summaries, relative, context: Sequence[str], reports:
              figures: Sequence[tuple[str, str]], failed: Sequence[str]) -> str:
     """``study.md``: the averaged improvements, the AUCs per environment, the figures and the failed runs."""
     columns = list(next(iter(relative.values()), {}))
+    counted = averaged(summaries)
+    apart = [env_name(env_id) for env_id in summaries if env_id not in counted]
     lines = [f"# Study: exploration across {len(study)} environments", "", *context, ""]
     if columns:
         lines += ["## Relative AUC improvement, averaged over environments", "",
@@ -226,16 +252,19 @@ def markdown(study: Study, summaries, relative, context: Sequence[str], reports:
                   "where both ran (per environment: the mean over seeds), as the paper's table "
                   "(`sun_lightning/results/study.py`); in brackets its 95 % stratified bootstrap interval (each "
                   "environment's seeds of each method resampled on their own; `sun_lightning/results/intervals.py`), "
-                  "then the seeds of each sample. An interval that excludes 0 is a win or a loss; one that holds 0 a tie.",
+                  "then the seeds of each sample. An interval that excludes 0 is a win or a loss; one that holds 0 a tie."
+                  + (f" {', '.join(apart)}: not in this or any average below, as in the paper (its binned coverage and "
+                     "entropy are degenerate; its own numbers are under Per environment)." if apart else ""),
                   "",
                   "| method | envs | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
         for method, row in relative.items():
-            envs = sum(1 for runs in study.values() if runs.get(method))
+            envs = sum(1 for env_id in counted if study[env_id].get(method))
             lines.append(f"| {label(method)} | {envs} | " + " | ".join(fmt_percent(row[c]) for c in columns) + " |")
+        lines += family_lines(counted, columns)
     else:
         lines.append("Relative AUC improvement: n/a (none of the baselines AdaGoal, DISCOVER, Random finished).")
-    lines += aggregate_lines(summaries)
-    lines += ablation_lines(summaries, list(dict.fromkeys(m for runs in study.values() for m in runs)))
+    lines += aggregate_lines(counted)
+    lines += ablation_lines(counted, list(dict.fromkeys(m for runs in study.values() for m in runs)))
     lines += runtime_lines(study)
     lines += ["", "## Per environment", "",
               "Mean over seeds, [95 % bootstrap interval], (n = seeds); n = 1: no interval.", "",
@@ -274,7 +303,7 @@ def write_study(out_dir: str | Path, study: Study, context: Sequence[str] = (), 
     out.mkdir(parents=True, exist_ok=True)
     summaries = {env_id: summarize(runs) for env_id, runs in study.items()}
     methods = list(dict.fromkeys(m for runs in study.values() for m in runs))
-    relative = averaged_relative(summaries, methods)
+    relative = averaged_relative(averaged(summaries), methods)
     written, figures = [], list(kept)
     if not kept and any(records for runs in study.values() for records in runs.values()):
         written.append(save_png(curves_grid(study, "coverage and entropy per environment: mean and 95 % CI over seeds"),
@@ -298,7 +327,7 @@ def write_study(out_dir: str | Path, study: Study, context: Sequence[str] = (), 
     report.write_text(markdown(study, summaries, relative, context, reports or {}, figures, failed))
     rows = []
     for method, row in relative.items():
-        record = {"method": method, "envs": sum(1 for runs in study.values() if runs.get(method))}
+        record = {"method": method, "envs": sum(1 for env_id in averaged(study) if study[env_id].get(method))}
         for column, v in row.items():
             key = csv_key(column) + "_pct"
             record[key] = csv_value(None if v is None else v.value)

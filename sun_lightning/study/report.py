@@ -13,6 +13,7 @@ from sun_lightning.checkpoints.integrity import LAST
 from sun_lightning.metrics.straight_line import straight_line_context
 from sun_lightning.results.archive import read_stages
 from sun_lightning.results.checkpoint_figures import checkpoint_figures
+from sun_lightning.results.domains import averaged
 from sun_lightning.results.report import CELLS, fmt, fmt_percent, label, summarize, write_report
 from sun_lightning.results.recorded import Recorded
 from sun_lightning.results.runs import RunRecord, finished_runs, load_snapshots
@@ -131,8 +132,9 @@ def console_table(runs: dict[str, list[RunRecord]]) -> str:
 
 
 def console_study(study: Study) -> str:
-    """The improvements averaged over environments with their 95 % intervals, a line per method."""
-    relative = averaged_relative({env_id: summarize(runs) for env_id, runs in study.items()},
+    """The improvements averaged over environments (LunarLanderFull apart, :mod:`~sun_lightning.results.domains`) with
+    their 95 % intervals, a line per method."""
+    relative = averaged_relative({env_id: summarize(runs) for env_id, runs in averaged(study).items()},
                                  list(dict.fromkeys(m for runs in study.values() for m in runs)))
     columns = list(next(iter(relative.values()), {}))
     lines = [f"{'method':<18s} " + " ".join(f"{c:>40s}" for c in columns)]

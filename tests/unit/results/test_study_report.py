@@ -76,3 +76,24 @@ def test_sun_against_its_ablations_reads_each_interval(tmp_path):
     assert rho.count("-31.6 % [") == 2 and rho.count(": SUN loses") == 2
     # 0.65 against (0.65 + 0.65) / 2: +0.0 %, and novelty-only's MountainCar seeds 0.5 | 0.8 take the interval across 0
     assert novelty.count("+0.0 % [") == 2 and novelty.count(": SUN ties") == 2
+
+
+def test_sun_by_family_and_lunar_lander_full_out_of_every_average(tmp_path):
+    # ThreeRoom (a gridworld): SUN 0.6 | 0.7 against Random 0.4 | 0.5; MountainCar (classic control): 0.3 | 0.5
+    # against 0.4 | 0.4; LunarLanderFull, where SUN is far behind (0.01 against 0.5), counts in no average
+    study = small_study()
+    full = "sun_lightning/LunarLanderFull-v0"
+    study[full] = {m: [flat("LunarLanderFull", m, s, a) for s in (0, 1)] for m, a in (("sun", 0.01), ("random", 0.5))}
+    write_study(tmp_path, study)
+    text = (tmp_path / "study.md").read_text()
+    # the average as without it: +23.5 %, over 2 environments; P(improvement) 0.75; in study.csv too
+    assert "| SUN adaptive | 2 | +23.5 % [" in text and "| coverage AUC vs Random | 2 | 0.750 [" in text
+    assert "LunarLanderFull: not in this or any average below" in text
+    assert "| LunarLanderFull | SUN adaptive | 2 | 0.0100 [" in text  # its own numbers stay
+    row = next(r for r in csv.DictReader(open(tmp_path / "study.csv")) if r["method"] == "sun")
+    assert row["envs"] == "2" and float(row["coverage_auc_vs_random_pct"]) == pytest.approx(100 * 0.1 / 0.425, rel=1e-5)
+    # by family: Gridworlds (0.65 − 0.45) / 0.45 = +44.4 %, Classic control (0.4 − 0.4) / 0.4 = +0.0 %
+    assert "| Gridworlds | 1 | +44.4 % [" in text and "| Classic control | 1 | +0.0 % [" in text
+    # one family alone: no family table
+    write_study(tmp_path / "one", {THREE_ROOM: study[THREE_ROOM]})
+    assert "by family of environments" not in (tmp_path / "one" / "study.md").read_text()
