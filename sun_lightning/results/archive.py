@@ -45,8 +45,9 @@ def record_of(data: dict) -> RunRecord:
 def write_records(folder: str | Path, records: list[RunRecord]) -> Path:
     """Keep ``records`` in ``folder``'s ``runs.json.gz`` (replacing what it kept)."""
     path = Path(folder) / ARCHIVE
-    with gzip.open(path, "wt") as f:
-        json.dump({"version": VERSION, "runs": [record_dict(r) for r in records]}, f)
+    text = json.dumps({"version": VERSION, "runs": [record_dict(r) for r in records]})
+    # no timestamp in the gzip header: the same runs give the same bytes, so a restate leaves git's copy unchanged
+    path.write_bytes(gzip.compress(text.encode(), mtime=0))
     return path
 
 

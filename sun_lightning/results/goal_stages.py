@@ -4,7 +4,7 @@ analysis", whose figures show each method's goal selections at the four quarters
 Each run saves a heatmap snapshot at each quarter (:mod:`~sun_lightning.results.snapshot`: the goals selected and
 reached since the previous one); this figure puts one run per method (its lowest seed) in rows of two, goals selected
 over goals reached, with a column per stage. Every "selected" panel shares one log colour range, and every "reached"
-panel another, so that methods and stages compare by colour.
+panel another, so that methods and stages compare by colour; each row has its colour bar beside it.
 """
 
 from __future__ import annotations
@@ -35,10 +35,11 @@ def goal_stages_figure(grid: GoalGrid, runs: dict[str, dict[int, HeatmapSnapshot
     axes = fig.subplots(len(rows), max(len(stages), 1), squeeze=False)
     for name in GOAL_PANELS:
         norm = count_norm(*(getattr(s, name) for snapshots in runs.values() for s in snapshots.values()))
-        mapped, used = None, []
         for row, (label, panel) in enumerate(rows):
             if panel != name:
                 continue
+            # a colour bar per row: one spanning the interleaved rows of a kind would overlap the other kind's
+            mapped, used = None, []
             for column, percent in enumerate(stages):
                 ax, snapshot = axes[row, column], runs[label].get(percent)
                 if snapshot is None:
@@ -49,8 +50,8 @@ def goal_stages_figure(grid: GoalGrid, runs: dict[str, dict[int, HeatmapSnapshot
                               f"{label}: {TITLES[name]}\n{percent} % ({snapshot.frames} frames): {int(image.sum())}",
                               colorbar=False)
                 used.append(ax)
-        if mapped is not None:
-            _colorbar(fig, mapped, ax=used, location="right", shrink=0.6, label=TITLES[name])
+            if mapped is not None:
+                _colorbar(fig, mapped, ax=used, location="right", shrink=0.9, label=TITLES[name])
     if not grid.tiles:  # bins: name the drawn axes (Pendulum's θ and θ̇, a maze's x and y)
         for row in axes:
             row[0].set_ylabel(grid.axis_labels[1], fontsize=7)

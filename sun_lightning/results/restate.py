@@ -40,7 +40,7 @@ from sun_lightning.results.labels import NA
 from sun_lightning.results.recorded import ReportError, read_rows, report_runs
 from sun_lightning.results.report import (CELLS, relative_lines, relative_table, summarize, summary_lines, summary_rows,
                                           write_csv, write_report)
-from sun_lightning.results.runs import RunRecord
+from sun_lightning.results.runs import RunRecord, state_seeds
 from sun_lightning.results.runtime import hardware_line, report_lines as runtime_lines
 from sun_lightning.results.study import KNN_FIGURE, write_study
 from sun_lightning.tracking.naming import env_name
@@ -149,6 +149,8 @@ def restate(folder: str | Path, added: Sequence[str | Path] = ()) -> list[Path]:
     counts = {method: len(records) for method, records in runs.items()}
     frames = {method: min((r.frames for r in records), default=0) for method, records in runs.items()}
     lines = report.read_text().splitlines()
+    held = [r for records in runs.values() for r in records]
+    lines[2:3] = [state_seeds(line, held) for line in lines[2:3]]  # the seeds of the runs it now holds
     lines = replace_block(lines, "| method | n | frames |", summary_lines(summary, counts, frames))
     lines = replace_block(lines, "Relative AUC improvement", relative_lines(relative))
     lines = place_block(lines, "Run time (wall clock", runtime_lines(runs)[1:], "![")
@@ -185,7 +187,8 @@ def redraw(out: Path, env_id: str, runs: dict[str, list[RunRecord]]) -> list[Pat
     heatmaps come from the snapshots the folder keeps."""
     lines = (out / "report.md").read_text().splitlines()
     table = next(i for i, line in enumerate(lines) if line.startswith("| method | n | frames |"))
-    context = [line for line in lines[2:table] if line and line != RESTATED
+    held = [r for records in runs.values() for r in records]
+    context = [state_seeds(line, held) for line in lines[2:table] if line and line != RESTATED
                and not line.startswith(("Hardware:", ADDED))]
     failed = next((line.split(": ", 1)[1].split(", ") for line in lines if line.startswith("Runs that failed")), [])
     redrawn = {"curves.png", "heatmaps.png", "goal_curves.png", "goal_stages.png"}
@@ -222,7 +225,8 @@ def restate_study(folder: str | Path, added: Sequence[str | Path] = ()) -> list[
         (title, file) for title, file in (("coverage and entropy per environment", "curves_grid.png"),
                                           ("LunarLanderFull: k-NN entropy over training", KNN_FIGURE))
         if (out / file).is_file() and not (file == KNN_FIGURE and knn_whole)]
-    context = [re.sub(r"^\d+ environments,", f"{len(envs)} environments,", line)
+    held = [r for runs in study.values() for records in runs.values() for r in records]
+    context = [state_seeds(re.sub(r"^\d+ environments,", f"{len(envs)} environments,", line), held)
                for line in old[2:first_section] if line and line != STUDY_RESTATED] + [STUDY_RESTATED] * bool(kept)
     failed = next((line.split(": ", 1)[1].split(", ") for line in old if line.startswith("Runs that failed")), [])
     return written + write_study(out, study, context, reports, failed, kept=kept)

@@ -7,6 +7,7 @@ frames, SPEC §7); its heatmaps are the snapshot the results callback saved last
 
 from __future__ import annotations
 
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,6 +91,21 @@ class RunRecord:
         """Area under ``metric``'s curve against env frames (:func:`~sun_lightning.metrics.auc.curve_auc`)."""
         steps, values = self.histories.get(metric, ((), ()))
         return curve_auc(list(steps), list(values)) if len(steps) else self.aucs.get(metric)
+
+
+#: "seeds 0, 1" in a report's or a study's context line, up to the frames, the budgets or the sentence's end.
+SEEDS_STATED = re.compile(r"seeds -?\d+(?:, -?\d+)*?(?=, [\d /]+ env frames|, no env frames|, budgets|\.)")
+
+
+def seeds_held(records) -> str:
+    """The seeds of ``records`` as a report states them ("0, 1, 2"): those it holds, not those it was asked for."""
+    return ", ".join(map(str, sorted({r.seed for r in records})))
+
+
+def state_seeds(line: str, records) -> str:
+    """``line`` with the seeds it states replaced by those of ``records`` (unchanged where there are none)."""
+    held = seeds_held(records)
+    return SEEDS_STATED.sub(f"seeds {held}", line, count=1) if held else line
 
 
 def _identity(run) -> tuple[str, int] | None:

@@ -16,7 +16,7 @@ from sun_lightning.results.checkpoint_figures import checkpoint_figures
 from sun_lightning.results.domains import averaged
 from sun_lightning.results.report import CELLS, fmt, fmt_percent, label, summarize, write_report
 from sun_lightning.results.recorded import Recorded
-from sun_lightning.results.runs import RunRecord, finished_runs, load_snapshots
+from sun_lightning.results.runs import RunRecord, finished_runs, load_snapshots, seeds_held
 from sun_lightning.results.study import averaged_relative, write_study
 from sun_lightning.study.plan import RunSpec, checkpoint_dir
 from sun_lightning.tracking.naming import env_name
@@ -93,8 +93,9 @@ def report(client: mlflow.MlflowClient, args: argparse.Namespace, specs: list[Ru
                 snapshots[method], stages[method] = saved[max(saved)], saved
         frames = sorted({r.frames for records in runs.values() for r in records})
         taken = [r.name for records in runs.values() for r in records if recorded(r) is not None]
+        held = [r for records in runs.values() for r in records]
         context = [f"`{env_id}`, config `{config}`, MLflow experiment `{args.experiment}` (parent run `{parent}`), "
-                   f"seeds {seeds}, {' / '.join(map(str, frames)) or 'no'} env frames per run."
+                   f"seeds {seeds_held(held) or seeds}, {' / '.join(map(str, frames)) or 'no'} env frames per run."
                    + (f" Runs as recorded in {', '.join(args.reuse)} (`--reuse`): {', '.join(taken)}." if taken else ""),
                    CELLS, *straight_line_context(env_id)]
         env_out = out / env_name(env_id) if several else out
@@ -111,8 +112,9 @@ def report(client: mlflow.MlflowClient, args: argparse.Namespace, specs: list[Ru
             client.log_artifact(parent, str(path), None if folder == "." else folder)
         reports[env_id] = f"{env_name(env_id)}/report.md"
     if several:
+        held = [r for runs in study.values() for records in runs.values() for r in records]
         context = [f"{len(study)} environments, MLflow experiment `{args.experiment}` (parent run `{parent}`), "
-                   f"seeds {seeds}" + (f", budgets × {args.budget_scale:g}" if args.budget_scale != 1 else "") + "."]
+                   f"seeds {seeds_held(held) or seeds}" + (f", budgets × {args.budget_scale:g}" if args.budget_scale != 1 else "") + "."]
         for path in write_study(out, study, context, reports, failed):
             client.log_artifact(parent, str(path))
     client.set_terminated(parent, "FINISHED")

@@ -255,8 +255,10 @@ def test_runs_recorded_by_an_earlier_report_are_reused_not_run(tmp_path, monkeyp
     for (env, method, seed), (coverage, entropy) in FINALS.items():
         if env == "ThreeRoom":
             _log_run(client, first, f"{env}-{method}-seed{seed}", method, seed, coverage, entropy)
-    compare.main(["--config", THREE_ROOM, "--methods", "sun", "random", "--seeds", "0", "1", "--experiment", "first",
+    compare.main(["--config", THREE_ROOM, "--methods", "sun", "random", "--seeds", "0", "1", "2", "--experiment", "first",
                   "--report-only", "--results-dir", "earlier"])
+    # asked for seeds 0–2, it holds 0 and 1, and says so
+    assert ", seeds 0, 1, 1000 env frames per run." in (tmp_path / "earlier/report.md").read_text()
     later = client.create_experiment("later")
     launched = []
 

@@ -71,6 +71,14 @@ def test_the_goal_statistics_grid_is_methods_by_stages():
     # one log colour range per row kind: selected up to DISCOVER's 200, reached up to SUN's 50
     assert panels[0].images[0].norm.vmax == 200 and panels[4].images[0].norm.vmax == 50
     assert np.nanmax(panels[11].images[0].get_array()) == 200
+    # a colour bar beside each row, level with it: none spans another row (they overlapped with two methods)
+    fig.canvas.draw()
+    bars = [ax for ax in fig.axes if not ax.get_title()]
+    assert len(bars) == 4
+    rows = [panels[4 * r].get_position() for r in range(4)]
+    for row, bar in zip(rows, sorted(bars, key=lambda ax: -ax.get_position().y0)):
+        y0, y1 = bar.get_position().y0, bar.get_position().y1
+        assert row.y0 - 0.02 <= y0 < y1 <= row.y1 + 0.02
 
 
 def test_the_report_draws_goal_curves_and_stages_where_runs_have_them(tmp_path):

@@ -17,7 +17,7 @@ from sun_lightning.results.report import write_report
 from sun_lightning.results.snapshot import HeatmapSnapshot
 from sun_lightning.results.restate import (ADDED, RESTATED, STUDY_RESTATED, RestateError, main, restate,
                                          restate_study)
-from sun_lightning.results.runs import CPU_SHARE, MINUTES
+from sun_lightning.results.runs import CPU_SHARE, MINUTES, state_seeds
 from sun_lightning.results.study import write_study
 
 RUNS_HEADER = "env_id,method,seed,run_name,run_id,frames,coverage,entropy,coverage_auc,entropy_auc,goal_success\n"
@@ -145,6 +145,7 @@ def test_runs_of_another_report_join_the_tables_and_are_named(tmp_path):
     # the run time of the runs that recorded it, n counting them; the note names the added runs
     assert "| SUN adaptive | 1.0 (n = 1) |" in text and "| AdaGoal | 30.0 (n = 1) |" in text
     assert f"{ADDED} ThreeRoom-sun-seed2, ThreeRoom-adagoal-seed0." in text
+    assert "config `conf/three_room.yaml`, seeds 0, 1, 2, 2000 env frames per run." in text  # the seeds it now holds
     assert text.index("Run time (wall clock") < text.index("![coverage")
     (tmp_path / "none").mkdir()  # a report whose runs none finished adds nothing
     (tmp_path / "none" / "runs.csv").write_text(RUNS_HEADER)
@@ -221,8 +222,11 @@ def test_a_reports_runs_and_snapshots_are_kept_and_read_back(tmp_path):
     heatmaps = (tmp_path / "heatmaps.png").stat().st_size
     (tmp_path / "heatmaps.png").unlink()
     (tmp_path / "goal_stages.png").unlink()
+    kept = (tmp_path / "runs.json.gz").read_bytes()
     restate(tmp_path)
     assert (tmp_path / "heatmaps.png").stat().st_size == heatmaps and (tmp_path / "goal_stages.png").is_file()
+    # the same runs kept again are the same bytes (no timestamp): a restate leaves a committed archive unchanged
+    assert (tmp_path / "runs.json.gz").read_bytes() == kept
 
 
 @pytest.mark.parametrize("whole", [True, False])
@@ -273,3 +277,27 @@ def test_lunar_lander_full_joining_a_study_of_earlier_reports_gets_its_knn_curve
     text = (out / "study.md").read_text()
     assert (out / "curves_grid.png").read_bytes() == curves and STUDY_RESTATED in text
     assert (out / "knn_entropy.png").read_bytes()[:4] == b"\x89PNG" and "](knn_entropy.png)" in text
+
+
+def test_a_report_and_a_study_state_the_seeds_they_hold_not_those_asked_for(tmp_path):
+    """A report asked for seeds 0 and 1 whose seed 1 has not run yet says seed 0; with seed 1 added, both."""
+    records = [flat("ThreeRoom", "sun", 0, 0.6), flat("ThreeRoom", "random", 0, 0.4)]
+    assert state_seeds("`x`, seeds 0, 1, 40000 env frames per run.", records) == "`x`, seeds 0, 40000 env frames per run."
+    assert state_seeds("`x`, seeds 0, 1, 40000 / 50000 env frames per run.", records[:1]) == (
+        "`x`, seeds 0, 40000 / 50000 env frames per run.")
+    assert state_seeds("3 environments, experiment `e`, seeds 0, 1, 2.", records) == "3 environments, experiment `e`, seeds 0."
+    assert state_seeds("2 environments, seeds 4, budgets × 0.5.", records) == "2 environments, seeds 0, budgets × 0.5."
+    assert state_seeds("context", records) == "context" and state_seeds("seeds 0, 1.", []) == "seeds 0, 1."
+    out, more = tmp_path / "study", tmp_path / "more"
+    write_report(out / "ThreeRoom", THREE_ROOM, {"sun": records[:1], "random": records[1:]}, {},
+                 ["`ThreeRoom`, seeds 0, 1, 2000 env frames per run.", "Cells: as now."])
+    write_study(out, {THREE_ROOM: {"sun": records[:1], "random": records[1:]}},
+                ["1 environments, MLflow experiment `e`, seeds 0, 1."], {THREE_ROOM: "ThreeRoom/report.md"})
+    restate_study(out)
+    assert (out / "ThreeRoom" / "report.md").read_text().splitlines()[2] == "`ThreeRoom`, seeds 0, 2000 env frames per run."
+    assert (out / "study.md").read_text().splitlines()[2] == "1 environments, MLflow experiment `e`, seeds 0."
+    write_report(more / "ThreeRoom", THREE_ROOM, {"sun": [flat("ThreeRoom", "sun", 1, 0.8)]}, {}, ["c"])
+    restate_study(out, [more])
+    assert (out / "ThreeRoom" / "report.md").read_text().splitlines()[2] == (
+        "`ThreeRoom`, seeds 0, 1, 2000 env frames per run.")
+    assert (out / "study.md").read_text().splitlines()[2] == "1 environments, MLflow experiment `e`, seeds 0, 1."
