@@ -9,7 +9,7 @@ speed-up: "On Gridworlds and Classic control, SUN is nonetheless on average 3.54
 than DISCOVER (2.41× on LunarLander(Full))". Its numbers are the mean over those eight environments of the baseline's
 minutes over SUN's (AdaGoal: 192.1/56.6, 469.5/108.9, … average to 3.54), which :func:`speedups` computes the same way.
 Minutes of runs on different hardware, or sharing a machine with other runs, are not comparable: the tables name the
-hardware of each method's runs. On one machine shared by several runs, the CPU minutes (a run's minutes × its CPU
+hardware of each method's runs, and a speed-up divides minutes taken on one machine only. On one machine shared by several runs, the CPU minutes (a run's minutes × its CPU
 share, ``perf/run/cpu_share``) are: the speed-ups are given by both.
 """
 
@@ -74,24 +74,41 @@ def report_lines(runs: dict[str, list[RunRecord]]) -> list[str]:
 def speedups(study: Study, baselines: Sequence[str] = tuple(PAPER_SPEEDUPS), envs: Sequence[str] = DQN_ENVS,
              measure: Callable[[RunRecord], float | None] = wall_minutes) -> dict[str, tuple[Interval | None, int]]:
     """Baseline → (the mean over ``envs`` of the baseline's minutes over SUN's, with its stratified 95 % interval;
-    the number of environments it averages), over the environments of ``study`` where both recorded minutes
-    (``measure``: wall-clock minutes, or :func:`cpu_minutes`)."""
+    the number of environments it averages), over the environments of ``study`` where both recorded minutes on one
+    machine (``measure``: wall-clock minutes, or :func:`cpu_minutes`; :func:`same_hardware`)."""
     out = {}
     for baseline in baselines:
-        pairs = [([measure(r) for r in runs.get(baseline, [])], [measure(r) for r in runs.get("sun", [])])
+        pairs = [same_hardware(runs.get(baseline, []), runs.get("sun", []), measure)
                  for env_id, runs in study.items() if env_name(env_id) in envs]
-        pairs = [(b, s) for b, s in pairs if minutes_exist(b) and minutes_exist(s)]
+        pairs = [(b, s) for b, s in pairs if b and s]
         out[baseline] = (mean_ratio_interval(pairs), len(pairs))
     return out
+
+
+def same_hardware(baseline: Sequence[RunRecord], sun: Sequence[RunRecord],
+                  measure: Callable[[RunRecord], float | None]) -> tuple[list[float], list[float]]:
+    """The two methods' measured minutes on the one hardware where both have the most runs (then the most in all;
+    then by name): a ratio of minutes taken on two machines would measure the machines. Empty where no hardware
+    has both."""
+    def on(records: Sequence[RunRecord]) -> dict[str, list[float]]:
+        found: dict[str, list[float]] = {}
+        for record in records:
+            value = measure(record)
+            if value is not None and value == value:
+                found.setdefault(record.hardware or "not recorded", []).append(value)
+        return found
+
+    b, s = on(baseline), on(sun)
+    shared = sorted(set(b) & set(s))
+    if not shared:
+        return [], []
+    place = max(shared, key=lambda h: (min(len(b[h]), len(s[h])), len(b[h]) + len(s[h])))
+    return b[place], s[place]
 
 
 def _known(value: float | None) -> float | None:
     """A recorded figure, ``None`` where it is missing or unknown (NaN: a run resumed from before the clock)."""
     return None if value is None or value != value else value
-
-
-def minutes_exist(values: Sequence[float | None]) -> bool:
-    return any(v is not None for v in values)
 
 
 def study_lines(study: Study) -> list[str]:
@@ -119,8 +136,9 @@ def study_lines(study: Study) -> list[str]:
     ratios, by_cpu = speedups(study), speedups(study, measure=cpu_minutes)
     if any(n for _, n in ratios.values()):
         lines += ["", "SUN's speed-up on the paper's DQN environments (Gridworlds and Classic control, LunarLanderFull "
-                  "apart): the mean over environments of the baseline's minutes over SUN's, with its 95 % interval, "
-                  "beside the paper's; by wall-clock minutes, and by CPU minutes.", "",
+                  "apart): the mean over environments of the baseline's minutes over SUN's, each environment's from "
+                  "the runs of both on one hardware (where both ran most), with its 95 % interval, beside the "
+                  "paper's; by wall-clock minutes, and by CPU minutes.", "",
                   "| baseline | envs | speed-up here | by CPU minutes (envs) | paper |", "|---|---|---|---|---|"]
         for baseline, (ratio, n) in ratios.items():
             cpu_ratio, cpu_n = by_cpu[baseline]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 
 import pytest
 
@@ -88,3 +89,27 @@ def test_runs_that_shared_a_machine_compare_by_cpu_minutes():
     lines = study_lines(study)
     assert "| ThreeRoom | 5.0 (n = 1) | 20.0 (n = 1) | n/a |" in lines
     assert "| AdaGoal | 1 | 2.00× (n = 1 / 1) | 4.00× (n = 1 / 1) (1) | 3.54× |" in lines
+
+
+def test_a_speed_up_divides_minutes_taken_on_one_machine():
+    other = "cpu (Intel(R) Xeon(R) Processor, 2 cores)"
+
+    def on(record: RunRecord, hardware: str) -> RunRecord:
+        return dataclasses.replace(record, hardware=hardware)
+
+    # SUN ran on the EPYC only; AdaGoal's seed 0 there (33 min), its seed 1 on a Xeon twice as fast (15 min):
+    # 33 / 11 = 3.0 on the EPYC, not (33 + 15) / 2 / 11 = 2.18 across both
+    study = {"sun_lightning/ThreeRoom-v0": {
+        "sun": [timed("ThreeRoom", "sun", 0, 10.0), timed("ThreeRoom", "sun", 1, 12.0)],
+        "adagoal": [timed("ThreeRoom", "adagoal", 0, 33.0), on(timed("ThreeRoom", "adagoal", 1, 15.0), other)],
+        # DISCOVER only on the Xeon, where SUN never ran: no ratio
+        "discover": [on(timed("ThreeRoom", "discover", 0, 16.0), other)]}}
+    adagoal, n = speedups(study)["adagoal"]
+    assert n == 1 and adagoal.value == pytest.approx(3.0) and adagoal.n == (1, 2)
+    assert speedups(study)["discover"] == (None, 0)
+    # both machines hold both methods: the one with more pairs (the Xeon: SUN 2 seeds, AdaGoal 2) decides
+    study["sun_lightning/ThreeRoom-v0"]["sun"] += [on(timed("ThreeRoom", "sun", 2, 5.0), other),
+                                                    on(timed("ThreeRoom", "sun", 3, 7.0), other)]
+    study["sun_lightning/ThreeRoom-v0"]["adagoal"].append(on(timed("ThreeRoom", "adagoal", 2, 21.0), other))
+    adagoal, n = speedups(study)["adagoal"]
+    assert n == 1 and adagoal.value == pytest.approx(18.0 / 6.0) and adagoal.n == (2, 2)
